@@ -1,0 +1,44 @@
+# Two entry points (see README): `make book` and `make test`. Both create .venv on first use.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+# Pinned CPU build of torch for machines without a GPU (local disk here; elsewhere pass
+# TORCH_SPEC="torch --index-url https://download.pytorch.org/whl/cpu"). On a GPU machine pip picks a CUDA build.
+TORCH_SPEC ?= torch==2.13.0
+HAS_GPU := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && echo yes)
+
+.PHONY: install test unit notebooks book site-check bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+ifneq ($(HAS_GPU),yes)
+	$(PY) -m pip install -q $(TORCH_SPEC)
+endif
+	$(PY) -m pip install -q -e ".[book,test]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+unit: install
+	$(PY) -m pytest tests
+
+notebooks: install
+	$(PY) -m pytest --nbval-lax --nbval-cell-timeout=900 book/
+
+test: unit notebooks
+
+# Executes every notebook (cached in _build/.jupyter_cache) and fails on any error or Sphinx warning.
+book: install
+	$(VENV)/bin/jupyter-book build . --warningiserror --keep-going
+	@echo "Site built: $(CURDIR)/_build/html/index.html"
+
+# Sphinx build of the committed notebook outputs without executing them (fast; CI uses it).
+site-check: install
+	$(VENV)/bin/jupyter-book config sphinx . >/dev/null
+	$(PY) -m sphinx -b html -W --keep-going -q -D nb_execution_mode=off . _build/site-check
+	rm -f conf.py
+
+clean:
+	rm -rf _build $(VENV) conf.py

@@ -1,0 +1,224 @@
+"""Text-classification data: by name, file or Hub id; mirror folder; hash subsampling; tokenize; collate (chapter 0)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+MIRROR_ENV = "BERTMEM_DATA_MIRROR"
+HUB_IDS = {
+    "imdb": "stanfordnlp/imdb",
+    "rotten_tomatoes": "cornell-movie-review-data/rotten_tomatoes",
+    "sst2": "stanfordnlp/sst2",
+}
+EVAL_SPLITS = {"imdb": "test", "rotten_tomatoes": "validation", "sst2": "validation"}
+FILE_READERS = {".csv": pd.read_csv, ".parquet": pd.read_parquet, ".json": None, ".jsonl": None}
+
+
+def mirror_folder(mirror: str | os.PathLike | None = None) -> Path | None:
+    """The local mirror folder from the argument or $BERTMEM_DATA_MIRROR, or None (chapter 0)."""
+    raw = mirror if mirror is not None else os.environ.get(MIRROR_ENV)
+    if not raw:
+        return None
+    path = Path(raw).expanduser()
+    if not path.is_dir():
+        raise ValueError(f"data mirror folder {path} does not exist: fix {MIRROR_ENV} or the mirror= argument")
+    return path
+
+
+def _read_file(path: Path) -> pd.DataFrame:
+    """Read one CSV, JSON (records or lines) or Parquet file into a DataFrame."""
+    suffix = path.suffix.lower()
+    if suffix not in FILE_READERS:
+        raise ValueError(f"unsupported file type {suffix!r} for {path}: use .csv, .json, .jsonl or .parquet")
+    if suffix in (".json", ".jsonl"):
+        lines = suffix == ".jsonl" or path.read_text(encoding="utf-8").lstrip()[:1] != "["
+        return pd.read_json(path, lines=lines)
+    return FILE_READERS[suffix](path)
+
+
+def _load_hub(hub_id: str, split: str) -> pd.DataFrame:
+    """Load one split from the Hugging Face Hub as a DataFrame."""
+    import datasets  # heavy import, only on this path
+
+    try:
+        return datasets.load_dataset(hub_id, split=split).to_pandas()
+    except Exception as err:  # offline, unknown id, unknown split
+        raise ValueError(f"could not load {hub_id!r} split {split!r} from the Hub ({type(err).__name__}: {err}). "
+                         f"Offline? Point {MIRROR_ENV} (or mirror=) at a folder holding <name>/<split>.parquet, "
+                         "or pass a local file.") from err
+
+
+def read_split(source: str | os.PathLike, split: str = "train", mirror: str | os.PathLike | None = None) -> pd.DataFrame:
+    """Raw rows of a dataset name, a file, a folder of <split>.<ext> files, or a Hub id (chapter 0)."""
+    path = Path(source).expanduser()
+    if path.is_file():
+        return _read_file(path)
+    if path.is_dir():
+        candidates = [path / f"{split}{ext}" for ext in FILE_READERS]
+        found = [c for c in candidates if c.is_file()]
+        if not found:
+            raise ValueError(f"folder {path} has no {split}.csv/.json/.jsonl/.parquet file")
+        return _read_file(found[0])
+    name = str(source)
+    if name in HUB_IDS:
+        folder = mirror_folder(mirror)
+        if folder is not None:
+            file = folder / name / f"{split}.parquet"
+            if not file.is_file():
+                raise ValueError(f"mirror {folder} has no {name}/{split}.parquet; available: "
+                                 f"{sorted(p.name for p in (folder / name).glob('*.parquet'))}")
+            return pd.read_parquet(file)
+        return _load_hub(HUB_IDS[name], split)
+    if "/" in name and not name.startswith((".", "/")):
+        return _load_hub(name, split)
+    raise ValueError(f"unknown dataset {name!r}: use one of {sorted(HUB_IDS)}, a Hub id such as 'user/name', "
+                     "or the path of a .csv/.json/.jsonl/.parquet file")
+
+
+def normalize_labels(labels: pd.Series) -> tuple[np.ndarray, list[str]]:
+    """Labels as ints 0..K-1 plus their names; strings are mapped in sorted order and the mapping printed."""
+    if labels.isna().any():
+        raise ValueError(f"{int(labels.isna().sum())} rows have no label: drop or fill them first")
+    if pd.api.types.is_bool_dtype(labels) or pd.api.types.is_float_dtype(labels):
+        raise ValueError(f"labels must be integers 0..K-1 or strings, got dtype {labels.dtype}")
+    if pd.api.types.is_integer_dtype(labels):
+        values = labels.to_numpy(dtype=np.int64)
+        present = sorted(set(values.tolist()))
+        if present != list(range(len(present))):
+            raise ValueError(f"integer labels must be 0..K-1 with every class present, got {present[:10]}: "
+                             "remap them (e.g. {-1: 0, 1: 1}) before loading")
+        names = [str(v) for v in present]
+    else:
+        as_text = labels.astype(str)
+        names = sorted(as_text.unique())
+        mapping = {name: i for i, name in enumerate(names)}
+        print(f"string labels mapped to ids: {mapping}")
+        values = as_text.map(mapping).to_numpy(dtype=np.int64)
+    if len(names) < 2:
+        raise ValueError(f"only one class ({names}) in the labels: a classifier needs at least two")
+    return values, names
+
+
+def prepare_frame(raw: pd.DataFrame, text_column: str = "text", label_column: str = "label") -> pd.DataFrame:
+    """Validate raw rows and return a frame with `text` and integer `label` (names in attrs) (chapter 0)."""
+    if not isinstance(raw, pd.DataFrame):
+        raise TypeError(f"expected a pandas DataFrame, got {type(raw).__name__}")
+    missing = [c for c in (text_column, label_column) if c not in raw.columns]
+    if missing:
+        raise ValueError(f"missing column(s) {missing}; available columns: {list(raw.columns)}. "
+                         "Pass text_column=/label_column= to name yours")
+    if len(raw) == 0:
+        raise ValueError("the split is empty: check the file or split name")
+    texts = raw[text_column]
+    if not texts.map(lambda t: isinstance(t, str)).all():
+        raise ValueError(f"column {text_column!r} must hold strings only (found missing or non-text values)")
+    empty = int((texts.str.strip() == "").sum())
+    if empty:
+        raise ValueError(f"{empty} rows have empty text in {text_column!r}: drop them first")
+    labels, names = normalize_labels(raw[label_column])
+    frame = pd.DataFrame({"text": texts.to_numpy(), "label": labels})
+    frame.attrs["label_names"] = names
+    return frame
+
+
+def load_text_classification(source: str | os.PathLike, split: str = "train", *, text_column: str = "text",
+                             label_column: str = "label", mirror: str | os.PathLike | None = None,
+                             size: int | None = None, seed: int = 0) -> pd.DataFrame:
+    """Load, validate and (optionally) hash-subsample one split, balanced per label (chapter 0)."""
+    frame = prepare_frame(read_split(source, split, mirror), text_column, label_column)
+    return frame if size is None else subsample(frame, size, seed=seed)
+
+
+def text_hash(text: str, seed: int = 0) -> str:
+    """Stable content hash used to pick rows independently of their order."""
+    return hashlib.sha256(f"{seed}\x00{text}".encode("utf-8")).hexdigest()
+
+
+def subsample(frame: pd.DataFrame, size: int, seed: int = 0) -> pd.DataFrame:
+    """Pick `size` rows balanced per label by hash of the text: same rows for any row order (chapter 0)."""
+    if not isinstance(size, int) or size < 1:
+        raise ValueError(f"size must be a positive int, got {size!r}")
+    if size > len(frame):
+        raise ValueError(f"requested {size} rows but the split has only {len(frame)}: ask for fewer or use size=None")
+    labels = sorted(frame["label"].unique().tolist())
+    share, extra = divmod(size, len(labels))
+    keyed = frame.assign(_key=[text_hash(t, seed) for t in frame["text"]])
+    parts = []
+    for i, label in enumerate(labels):
+        want = share + (1 if i < extra else 0)
+        rows = keyed[keyed["label"] == label].sort_values(["_key", "text"], kind="stable")
+        if len(rows) < want:
+            raise ValueError(f"label {label} has only {len(rows)} rows, {want} needed for a balanced sample of {size}")
+        parts.append(rows.head(want))
+    picked = pd.concat(parts).sort_values(["_key", "label"], kind="stable").drop(columns="_key")
+    picked = picked.reset_index(drop=True)
+    picked.attrs = dict(frame.attrs)
+    return picked
+
+
+class EncodedDataset(Dataset):
+    """Tokenized examples as dicts of lists, padded later by the collator (chapter 0)."""
+
+    def __init__(self, encodings: dict[str, list], labels: Sequence[int]):
+        self.encodings = encodings
+        self.labels = list(labels)
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, idx: int) -> dict[str, Any]:
+        item = {k: v[idx] for k, v in self.encodings.items()}
+        item["labels"] = self.labels[idx]
+        return item
+
+    def lengths(self) -> list[int]:
+        """Token count of every example (after truncation)."""
+        return [len(ids) for ids in self.encodings["input_ids"]]
+
+
+def tokenize_frame(frame: pd.DataFrame, tokenizer, max_length: int) -> EncodedDataset:
+    """Tokenize `text` with truncation to max_length; no padding yet (chapter 0)."""
+    if max_length < 2:
+        raise ValueError(f"max_length must be >= 2, got {max_length}")
+    model_max = getattr(tokenizer, "model_max_length", None)
+    if model_max is not None and model_max < 10**6 and max_length > model_max:
+        raise ValueError(f"max_length={max_length} exceeds the tokenizer's model_max_length={model_max}")
+    enc = tokenizer(frame["text"].tolist(), truncation=True, max_length=max_length)
+    return EncodedDataset({k: list(v) for k, v in enc.items()}, frame["label"].tolist())
+
+
+def make_loader(dataset: EncodedDataset, tokenizer, batch_size: int, shuffle: bool = False,
+                seed: int = 0) -> DataLoader:
+    """A DataLoader with dynamic padding (`DataCollatorWithPadding`) and a seeded shuffle (chapter 0)."""
+    from transformers import DataCollatorWithPadding
+
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    generator = torch.Generator().manual_seed(seed) if shuffle else None
+    return DataLoader(dataset, batch_size=batch_size, shuffle=shuffle, generator=generator,
+                      collate_fn=DataCollatorWithPadding(tokenizer))
+
+
+def token_length_stats(texts: Sequence[str], tokenizer, max_length: int = 512) -> dict[str, float]:
+    """Token counts (with special tokens, no truncation) and the share longer than max_length (chapter 0)."""
+    if len(texts) == 0:
+        raise ValueError("no texts given")
+    lengths = np.array([len(ids) for ids in tokenizer(list(texts), truncation=False, verbose=False)["input_ids"]])
+    return {
+        "count": int(lengths.size),
+        "mean": float(lengths.mean()),
+        "median": float(np.median(lengths)),
+        "p95": float(np.percentile(lengths, 95)),
+        "max": int(lengths.max()),
+        "max_length": int(max_length),
+        "frac_truncated": float((lengths > max_length).mean()),
+        "lengths": lengths,
+    }

@@ -1,0 +1,40 @@
+"""The recurring figures of the book; no training logic here (all chapters)."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+
+def plot_token_lengths(lengths: Sequence[int], limits: Sequence[int] = (512,), ax=None, bins: int = 60):
+    """Histogram of tokens per example with a vertical line at each truncation limit (chapter 0)."""
+    import matplotlib.pyplot as plt
+
+    lengths = np.asarray(lengths)
+    if lengths.size == 0:
+        raise ValueError("no lengths to plot")
+    ax = ax or plt.subplots(figsize=(7, 3.5))[1]
+    ax.hist(lengths, bins=bins, color="tab:blue", alpha=0.75)
+    for limit, color in zip(limits, ("tab:red", "tab:orange", "tab:green")):
+        share = float((lengths > limit).mean())
+        ax.axvline(limit, color=color, linestyle="--", label=f"{limit} tokens: {share:.1%} of examples truncated")
+    ax.set_xlabel("tokens per example (WordPiece, with [CLS] and [SEP])")
+    ax.set_ylabel("examples")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    return ax
+
+
+def markdown_table(rows: Sequence[dict], columns: Sequence[str] | None = None, floatfmt: str = ".3f") -> str:
+    """Rows of dicts as a GitHub-flavoured markdown table (chapters 0 and 5)."""
+    if not rows:
+        raise ValueError("no rows to format")
+    columns = list(columns or rows[0].keys())
+
+    def cell(value) -> str:
+        return format(value, floatfmt) if isinstance(value, float) else str(value)
+
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(cell(row.get(c, "")) for c in columns) + " |" for row in rows]
+    return "\n".join(lines)

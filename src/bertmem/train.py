@@ -1,0 +1,163 @@
+"""The plain fp32 fine-tuning loop: AdamW, linear warmup + decay, evaluation, history (chapter 0)."""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader
+
+from .profile import progress as progress_bar
+from .profile import seed_everything
+
+
+@dataclass
+class TrainConfig:
+    """Settings of the baseline loop, validated at construction (chapter 0)."""
+
+    epochs: int = 1
+    learning_rate: float = 5e-5
+    weight_decay: float = 0.01
+    warmup_ratio: float = 0.1
+    seed: int = 0
+    device: str = "cpu"
+    max_steps: int | None = None  # stop early after this many optimizer steps (tests, demos)
+    progress: bool = True
+    layerwise_decay: float | None = None  # chapter 4: None = one AdamW group; 1.0 = groups without decay
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.epochs, int) or self.epochs < 1:
+            raise ValueError(f"epochs must be an int >= 1, got {self.epochs!r}")
+        if not self.learning_rate > 0:
+            raise ValueError(f"learning_rate must be > 0, got {self.learning_rate}")
+        if self.weight_decay < 0:
+            raise ValueError(f"weight_decay must be >= 0, got {self.weight_decay}")
+        if not 0 <= self.warmup_ratio < 1:
+            raise ValueError(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
+        if self.layerwise_decay is not None and not 0 < self.layerwise_decay <= 1:
+            raise ValueError(f"layerwise_decay must be in (0, 1] or None, got {self.layerwise_decay}")
+        if self.max_steps is not None and self.max_steps < 1:
+            raise ValueError(f"max_steps must be >= 1 or None, got {self.max_steps}")
+        try:
+            torch.device(self.device)
+        except RuntimeError as err:
+            raise ValueError(f"device {self.device!r} is not a torch device: use 'cpu' or 'cuda'") from err
+
+
+@dataclass
+class TrainResult:
+    """What a run produced: per-step history, per-epoch metrics and timing; plots itself (chapter 0)."""
+
+    history: list[dict[str, float]] = field(default_factory=list)  # step, epoch, loss, lr
+    epochs: list[dict[str, float]] = field(default_factory=list)  # epoch, train_time_s, examples_per_s, metrics
+
+    @property
+    def final_metrics(self) -> dict[str, float]:
+        """Metrics of the last evaluated epoch (empty when no evaluation ran)."""
+        return self.epochs[-1] if self.epochs else {}
+
+    @property
+    def losses(self) -> list[float]:
+        """The training loss of every optimizer step."""
+        return [h["loss"] for h in self.history]
+
+    def plot(self, ax=None, smooth: int = 10, label: str | None = None):
+        """Loss per optimizer step, raw and smoothed by a running mean over `smooth` steps."""
+        import matplotlib.pyplot as plt
+
+        ax = ax or plt.subplots(figsize=(7, 3.5))[1]
+        steps = [h["step"] for h in self.history]
+        line, = ax.plot(steps, self.losses, alpha=0.3, label=None)
+        if len(self.losses) >= smooth > 1:
+            kernel = np.ones(smooth) / smooth
+            ax.plot(steps[smooth - 1:], np.convolve(self.losses, kernel, mode="valid"), color=line.get_color(),
+                    label=label or f"running mean ({smooth} steps)")
+            ax.legend()
+        ax.set_xlabel("optimizer step")
+        ax.set_ylabel("training loss (cross-entropy, nats)")
+        ax.grid(alpha=0.3)
+        return ax
+
+
+def move_to(batch: dict[str, Any], device: torch.device | str) -> dict[str, Any]:
+    """Move every tensor of a batch to device."""
+    return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+
+
+@torch.no_grad()
+def evaluate(model: torch.nn.Module, loader: Iterable[dict], device: str = "cpu", show_progress: bool = False) -> dict[str, float]:
+    """Accuracy, macro-F1 (scikit-learn) and mean loss over a loader (chapter 0)."""
+    from sklearn.metrics import accuracy_score, f1_score
+
+    model.eval()
+    preds, labels, losses, counts = [], [], [], []
+    for batch in progress_bar(loader, "eval", enabled=show_progress, leave=False):
+        batch = move_to(batch, device)
+        out = model(**batch)
+        preds.append(out.logits.argmax(-1).cpu())
+        labels.append(batch["labels"].cpu())
+        losses.append(float(out.loss) * len(batch["labels"]))
+        counts.append(len(batch["labels"]))
+    y_pred, y_true = torch.cat(preds).numpy(), torch.cat(labels).numpy()
+    return {"accuracy": float(accuracy_score(y_true, y_pred)),
+            "macro_f1": float(f1_score(y_true, y_pred, average="macro")),
+            "eval_loss": sum(losses) / sum(counts)}
+
+
+def make_optimizer_and_scheduler(model: torch.nn.Module, config: TrainConfig, total_steps: int):
+    """AdamW (one group, or chapter 4's layer-wise groups) plus linear warmup/decay (chapter 0)."""
+    from transformers import get_linear_schedule_with_warmup
+
+    from .llrd import layerwise_param_groups
+
+    if config.layerwise_decay is None:
+        params = [p for p in model.parameters() if p.requires_grad]
+    else:
+        params = layerwise_param_groups(model, config.learning_rate, config.layerwise_decay, config.weight_decay)
+    optimizer = torch.optim.AdamW(params, lr=config.learning_rate, weight_decay=config.weight_decay)
+    warmup = math.ceil(config.warmup_ratio * total_steps)
+    return optimizer, get_linear_schedule_with_warmup(optimizer, warmup, total_steps)
+
+
+def train(model: torch.nn.Module, train_loader: DataLoader, config: TrainConfig,
+          eval_loader: DataLoader | None = None) -> TrainResult:
+    """Fine-tune with the plain fp32 loop; evaluate after each epoch when eval_loader is given (chapter 0)."""
+    if len(train_loader) == 0:
+        raise ValueError("the training loader yields no batches: the dataset is empty")
+    seed_everything(config.seed)
+    device = torch.device(config.device)
+    model.to(device)
+    total = config.epochs * len(train_loader)
+    total = min(total, config.max_steps) if config.max_steps else total
+    optimizer, scheduler = make_optimizer_and_scheduler(model, config, total)
+    result, step = TrainResult(), 0
+    for epoch in range(1, config.epochs + 1):
+        model.train()
+        start, seen = time.perf_counter(), 0
+        bar = progress_bar(train_loader, f"epoch {epoch}/{config.epochs}", enabled=config.progress)
+        for batch in bar:
+            batch = move_to(batch, device)
+            loss = model(**batch).loss
+            loss.backward()
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad(set_to_none=True)
+            step += 1
+            seen += len(batch["labels"])
+            result.history.append({"step": step, "epoch": epoch, "loss": loss.item(),
+                                   "lr": scheduler.get_last_lr()[0]})
+            bar.set_postfix(loss=f"{result.history[-1]['loss']:.3f}")
+            if step >= total:
+                break
+        elapsed = time.perf_counter() - start
+        record = {"epoch": epoch, "train_time_s": elapsed, "examples": seen, "examples_per_s": seen / elapsed}
+        if eval_loader is not None:
+            record.update(evaluate(model, eval_loader, config.device, show_progress=config.progress))
+        result.epochs.append(record)
+        if step >= total:
+            break
+    return result

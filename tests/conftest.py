@@ -1,0 +1,39 @@
+"""Shared fixtures: offline Hub, a tiny random BERT, a synthetic text frame."""
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a Hub call would otherwise hang ~50 s before failing
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import pandas as pd
+import pytest
+import torch
+
+from bertmem.models import classifier_from_config, tiny_bert_config
+
+
+@pytest.fixture
+def synthetic_frame() -> pd.DataFrame:
+    """60 distinct short reviews, 30 per label, in a fixed order."""
+    rows = [(f"review number {i} was {'great' if i % 2 else 'awful'}", i % 2) for i in range(60)]
+    return pd.DataFrame(rows, columns=["text", "label"])
+
+
+@pytest.fixture
+def tiny_model():
+    """A 2-layer random BERT classifier (no download)."""
+    torch.manual_seed(0)
+    return classifier_from_config(tiny_bert_config())
+
+
+@pytest.fixture
+def tiny_batches():
+    """Four batches of random token ids with labels written into token 1 (learnable)."""
+    g = torch.Generator().manual_seed(0)
+    batches = []
+    for _ in range(4):
+        ids = torch.randint(5, 1000, (8, 16), generator=g)
+        labels = torch.randint(0, 2, (8,), generator=g)
+        ids[:, 1] = 7 + labels  # the label is written in token 1: easy to learn
+        batches.append({"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": labels})
+    return batches

@@ -1,0 +1,126 @@
+import os
+
+import datasets
+import pandas as pd
+import pytest
+import torch
+
+from bertmem import data
+from bertmem.data import (load_text_classification, make_loader, prepare_frame, read_split, subsample,
+                          token_length_stats, tokenize_frame)
+from bertmem.models import load_tokenizer
+from bertmem.profile import MINILM_ID
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return load_tokenizer(MINILM_ID)
+
+
+def write_mirror(tmp_path, frame, name="imdb", split="train"):
+    (tmp_path / name).mkdir(parents=True, exist_ok=True)
+    frame.to_parquet(tmp_path / name / f"{split}.parquet")
+    return tmp_path
+
+
+def test_hub_and_mirror_give_the_same_sample(tmp_path, synthetic_frame, monkeypatch):
+    shuffled = synthetic_frame.sample(frac=1.0, random_state=7).reset_index(drop=True)
+    assert not shuffled["text"].equals(synthetic_frame["text"])  # the row order really differs
+    mirror = write_mirror(tmp_path, synthetic_frame)
+    calls = []
+
+    def fake_load_dataset(hub_id, split):
+        calls.append((hub_id, split))
+        return datasets.Dataset.from_pandas(shuffled)
+
+    monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
+    monkeypatch.delenv(data.MIRROR_ENV, raising=False)
+    from_hub = load_text_classification("imdb", "train", size=20, seed=1)
+    from_mirror = load_text_classification("imdb", "train", size=20, seed=1, mirror=mirror)
+    assert calls == [("stanfordnlp/imdb", "train")]
+    pd.testing.assert_frame_equal(from_hub, from_mirror)
+    assert from_hub["label"].value_counts().to_dict() == {0: 10, 1: 10}
+
+
+def test_mirror_from_environment_variable(tmp_path, synthetic_frame, monkeypatch):
+    monkeypatch.setenv(data.MIRROR_ENV, str(write_mirror(tmp_path, synthetic_frame, "sst2", "validation")))
+    assert len(read_split("sst2", "validation")) == 60
+    with pytest.raises(ValueError, match="no sst2/train.parquet"):
+        read_split("sst2", "train")
+
+
+def test_subsample_is_balanced_deterministic_and_seed_dependent(synthetic_frame):
+    a, b = subsample(synthetic_frame, 11, seed=0), subsample(synthetic_frame[::-1], 11, seed=0)
+    pd.testing.assert_frame_equal(a, b)
+    assert sorted(a["label"].value_counts().tolist()) == [5, 6]
+    assert set(subsample(synthetic_frame, 11, seed=1)["text"]) != set(a["text"])
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".json", ".jsonl", ".parquet"])
+def test_own_files_with_custom_columns(tmp_path, suffix, capsys):
+    frame = pd.DataFrame({"review": ["good film", "bad film", "fine film"], "sentiment": ["pos", "neg", "pos"]})
+    path = tmp_path / f"mine{suffix}"
+    {".csv": lambda: frame.to_csv(path, index=False), ".json": lambda: frame.to_json(path, orient="records"),
+     ".jsonl": lambda: frame.to_json(path, orient="records", lines=True),
+     ".parquet": lambda: frame.to_parquet(path)}[suffix]()
+    loaded = load_text_classification(path, text_column="review", label_column="sentiment")
+    assert loaded["label"].tolist() == [1, 0, 1]
+    assert loaded.attrs["label_names"] == ["neg", "pos"]
+    assert "'neg': 0, 'pos': 1" in capsys.readouterr().out
+
+
+def test_folder_of_split_files(tmp_path, synthetic_frame):
+    synthetic_frame.to_csv(tmp_path / "test.csv", index=False)
+    assert len(load_text_classification(tmp_path, "test")) == 60
+
+
+@pytest.mark.parametrize("frame, message", [
+    (pd.DataFrame({"txt": ["a"], "label": [0]}), r"missing column\(s\) \['text'\]"),
+    (pd.DataFrame({"text": ["a", "b"], "label": [1, 2]}), "0..K-1"),
+    (pd.DataFrame({"text": ["a", "b"], "label": [0.5, 1.0]}), "integers 0..K-1 or strings"),
+    (pd.DataFrame({"text": ["a", "b"], "label": [0, 0]}), "only one class"),
+    (pd.DataFrame({"text": pd.Series([], dtype=str), "label": pd.Series([], dtype=int)}), "empty"),
+    (pd.DataFrame({"text": ["a", "  "], "label": [0, 1]}), "empty text"),
+    (pd.DataFrame({"text": ["a", None], "label": [0, 1]}), "strings only"),
+    (pd.DataFrame({"text": ["a", "b"], "label": [0, None]}), "no label"),
+])
+def test_bad_frames_are_clear_errors(frame, message):
+    with pytest.raises(ValueError, match=message):
+        prepare_frame(frame)
+
+
+def test_unknown_name_and_too_large_subset(synthetic_frame):
+    with pytest.raises(ValueError, match="unknown dataset 'imbd'"):
+        read_split("imbd")
+    with pytest.raises(ValueError, match="only 60"):
+        subsample(synthetic_frame, 61)
+    with pytest.raises(ValueError, match="unsupported file type"):
+        read_split(__file__)
+
+
+def test_missing_mirror_folder_is_an_error(tmp_path):
+    with pytest.raises(ValueError, match="does not exist"):
+        read_split("imdb", mirror=tmp_path / "nope")
+
+
+def test_tokenize_truncates_and_collator_pads(tokenizer, synthetic_frame):
+    frame = synthetic_frame.head(4).copy()
+    frame.loc[0, "text"] = "word " * 100
+    ds = tokenize_frame(frame, tokenizer, max_length=16)
+    assert max(ds.lengths()) == 16 and min(ds.lengths()) < 16
+    batch = next(iter(make_loader(ds, tokenizer, batch_size=4)))
+    assert batch["input_ids"].shape == (4, 16)
+    assert torch.equal(batch["labels"], torch.tensor(frame["label"].tolist()))
+    assert batch["attention_mask"][1].sum() == ds.lengths()[1]
+
+
+def test_token_length_stats(tokenizer):
+    stats = token_length_stats(["one two", "one two three four five six"], tokenizer, max_length=5)
+    assert stats["count"] == 2 and stats["max"] == 8 and stats["frac_truncated"] == 0.5
+
+
+@pytest.mark.skipif(not os.environ.get(data.MIRROR_ENV), reason="needs the data mirror (CI sets it)")
+def test_real_imdb_mirror_sample():
+    frame = load_text_classification("imdb", "test", size=50, seed=0)
+    assert len(frame) == 50 and frame["label"].value_counts().to_dict() == {0: 25, 1: 25}
+    assert frame["text"].str.len().min() > 10

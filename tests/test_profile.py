@@ -1,0 +1,49 @@
+import pytest
+import torch
+
+from bertmem.profile import MINILM_ID, Profile, get_profile, seed_everything
+
+
+def test_cpu_profile_defaults():
+    p = get_profile("cpu", env={})
+    assert p.model_id == MINILM_ID and p.max_length == 256 and p.device == "cpu"
+    assert p.train_size is not None and p.eval_size is not None
+
+
+def test_gpu_profile_defaults():
+    p = get_profile("gpu", env={})
+    assert (p.model_id, p.dataset, p.max_length, p.batch_size, p.train_size) == ("bert-base-uncased", "imdb", 512, 32, None)
+
+
+def test_environment_overrides_each_field():
+    env = {"BERTMEM_MODEL_ID": "my/model", "BERTMEM_DATASET": "sst2", "BERTMEM_MAX_LENGTH": "64",
+           "BERTMEM_TRAIN_SIZE": "all", "BERTMEM_EVAL_SIZE": "100", "BERTMEM_LEARNING_RATE": "3e-5"}
+    p = get_profile("cpu", env=env)
+    assert (p.model_id, p.dataset, p.max_length, p.train_size, p.eval_size, p.learning_rate) == (
+        "my/model", "sst2", 64, None, 100, 3e-5)
+
+
+def test_profile_chosen_by_environment_variable():
+    assert get_profile(env={"BERTMEM_PROFILE": "gpu"}).name == "gpu"
+
+
+@pytest.mark.parametrize("env, message", [({"BERTMEM_MAX_LENGTH": "abc"}, "BERTMEM_MAX_LENGTH"),
+                                          ({"BERTMEM_BATCH_SIZE": "0"}, "batch_size"),
+                                          ({"BERTMEM_PROFILE": "tpu"}, "unknown profile")])
+def test_bad_overrides_are_clear_errors(env, message):
+    with pytest.raises(ValueError, match=message):
+        get_profile(env=env)
+
+
+def test_profile_validation():
+    with pytest.raises(ValueError, match="learning_rate"):
+        Profile("cpu", "m", "imdb", 8, 1, 10, 10, 1, 0.0, "cpu")
+
+
+def test_seed_everything_repeats_random_draws():
+    seed_everything(3)
+    a = torch.rand(3)
+    seed_everything(3)
+    assert torch.equal(a, torch.rand(3))
+    with pytest.raises(ValueError):
+        seed_everything(-1)

@@ -1,0 +1,80 @@
+import pytest
+import torch
+
+from bertmem.models import classifier_from_config, tiny_bert_config
+from bertmem.train import TrainConfig, TrainResult, evaluate, train
+
+
+def run(batches, seed=0, epochs=3, lr=1e-3):
+    torch.manual_seed(0)
+    model = classifier_from_config(tiny_bert_config(hidden_dropout_prob=0.1))
+    return model, train(model, batches, TrainConfig(epochs=epochs, learning_rate=lr, seed=seed, progress=False,
+                                                    warmup_ratio=0.1), eval_loader=batches)
+
+
+def test_loss_decreases_on_a_learnable_task(tiny_batches):
+    _, result = run(tiny_batches * 4, epochs=3, lr=5e-3)
+    losses = result.losses
+    assert sum(losses[-8:]) / 8 < 0.7 * sum(losses[:8]) / 8
+    assert result.final_metrics["accuracy"] > 0.8
+
+
+def test_same_seed_same_history_different_seed_differs(tiny_batches):
+    a = run(tiny_batches, seed=1)[1].losses
+    assert a == run(tiny_batches, seed=1)[1].losses
+    assert a != run(tiny_batches, seed=2)[1].losses
+
+
+def test_history_counts_steps_and_warmup_then_decay(tiny_batches):
+    _, result = run(tiny_batches, epochs=2)
+    assert [h["step"] for h in result.history] == list(range(1, 9))
+    lrs = [h["lr"] for h in result.history]
+    assert lrs[0] == pytest.approx(1e-3) and lrs[-1] == pytest.approx(0.0)
+    assert all(x >= y for x, y in zip(lrs, lrs[1:]))
+    assert [e["examples"] for e in result.epochs] == [32, 32]
+    assert all(e["examples_per_s"] > 0 for e in result.epochs)
+
+
+def test_max_steps_stops_early(tiny_batches):
+    model = classifier_from_config(tiny_bert_config())
+    result = train(model, tiny_batches, TrainConfig(epochs=5, max_steps=3, progress=False))
+    assert len(result.history) == 3 and len(result.epochs) == 1
+
+
+def test_evaluate_metrics_match_hand_count(tiny_model, tiny_batches):
+    metrics = evaluate(tiny_model, tiny_batches)
+    tiny_model.eval()
+    with torch.no_grad():
+        correct = sum(int((tiny_model(**b).logits.argmax(-1) == b["labels"]).sum()) for b in tiny_batches)
+    assert metrics["accuracy"] == pytest.approx(correct / 32)
+    assert 0 <= metrics["macro_f1"] <= 1
+
+
+def test_plot_labels_axes(tiny_batches):
+    import matplotlib
+    matplotlib.use("Agg")
+    _, result = run(tiny_batches * 3, epochs=1)
+    ax = result.plot(smooth=3)
+    assert "step" in ax.get_xlabel() and "loss" in ax.get_ylabel()
+
+
+@pytest.mark.parametrize("kwargs", [{"epochs": 0}, {"learning_rate": 0}, {"warmup_ratio": 1.0},
+                                    {"max_steps": 0}, {"device": "gpu0"}, {"weight_decay": -1}])
+def test_bad_config(kwargs):
+    with pytest.raises(ValueError):
+        TrainConfig(**kwargs)
+
+
+def test_empty_loader_is_an_error(tiny_model):
+    with pytest.raises(ValueError, match="no batches"):
+        train(tiny_model, [], TrainConfig(progress=False))
+
+
+def test_layerwise_decay_builds_groups_with_decayed_rates(tiny_model):
+    from bertmem.train import make_optimizer_and_scheduler
+    opt, _ = make_optimizer_and_scheduler(tiny_model, TrainConfig(learning_rate=1e-3, layerwise_decay=0.5,
+                                                                  warmup_ratio=0.0), total_steps=10)
+    rates = sorted({round(g["lr"], 12) for g in opt.param_groups})
+    assert rates == [2.5e-4, 5e-4, 1e-3]  # embeddings α², layer 1 α, layer 2 and head 1
+    with pytest.raises(ValueError, match="layerwise_decay"):
+        TrainConfig(layerwise_decay=0.0)
