@@ -1,0 +1,124 @@
+"""Estimate one training step on a CUDA GPU without allocating memory, under FakeTensorMode (chapter 1)."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from typing import Iterator
+
+import torch
+
+from .memory import PRECISIONS, MemoryReport, _check_sizes, measure_step_memory
+
+KNOWN_CONFIGS = {  # shapes only, so estimates need no download
+    "bert-base-uncased": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072),
+    "bert-large-uncased": dict(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16,
+                               intermediate_size=4096),
+}
+
+
+def model_config(config_or_model_id, num_labels: int = 2):
+    """A transformers config from a config object, a known BERT id, or a local/Hub model (chapter 1)."""
+    from transformers import AutoConfig, BertConfig, PretrainedConfig
+
+    if isinstance(config_or_model_id, PretrainedConfig):
+        return config_or_model_id
+    if not isinstance(config_or_model_id, str):
+        raise TypeError(f"expected a transformers config or a model id, got {type(config_or_model_id).__name__}")
+    name = config_or_model_id.removeprefix("google-bert/")
+    if name in KNOWN_CONFIGS:
+        return BertConfig(num_labels=num_labels, **KNOWN_CONFIGS[name])
+    from .models import resolve_model_source
+
+    return AutoConfig.from_pretrained(resolve_model_source(config_or_model_id), num_labels=num_labels)
+
+
+def _fused_sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    """The memory-efficient fused kernel a CUDA GPU runs for BERT's padded attention (estimates only)."""
+    if attn_mask is not None:
+        attn_mask = attn_mask.to(query.dtype)
+    return torch.ops.aten._scaled_dot_product_efficient_attention(
+        query, key, value, attn_mask, True, dropout_p, is_causal, scale=scale)[0]
+
+
+def _cuda_dropout(original):
+    """Dropout that saves a bool mask, as CUDA's fused kernel does (the CPU's saves a float mask)."""
+    def dropout(input, p=0.5, training=True, inplace=False):
+        if training and p > 0:
+            return torch.native_dropout(input, p, True)[0]
+        return original(input, p, training, inplace)
+    return dropout
+
+
+def _cuda_layer_norm(original):
+    """layer_norm in fp32 under autocast, as CUDA's autocast runs it (the CPU's keeps bf16)."""
+    def layer_norm(input, *args, **kwargs):
+        if torch.is_autocast_enabled("cpu"):
+            with torch.autocast("cpu", enabled=False):
+                args = [a.float() if isinstance(a, torch.Tensor) else a for a in args]
+                return original(input.float(), *args, **kwargs)
+        return original(input, *args, **kwargs)
+    return layer_norm
+
+
+@contextlib.contextmanager
+def _cuda_like_kernels(attention: str, device: str) -> Iterator[None]:
+    """Swap in the CUDA kernel choices that differ from the CPU's for one estimate (no-op for device='cpu')."""
+    functional = torch.nn.functional
+    originals = {name: getattr(functional, name) for name in ("scaled_dot_product_attention", "dropout", "layer_norm")}
+    if device == "cuda":
+        if attention == "sdpa":
+            functional.scaled_dot_product_attention = _fused_sdpa
+        functional.dropout = _cuda_dropout(originals["dropout"])
+        functional.layer_norm = _cuda_layer_norm(originals["layer_norm"])
+    try:
+        yield
+    finally:
+        for name, fn in originals.items():
+            setattr(functional, name, fn)
+
+
+def estimate_step_memory(config_or_model_id, batch_size: int, seq_len: int, precision: str = "fp32",
+                         attention: str = "sdpa", optimizer: str = "adamw", gradient_checkpointing: bool = False,
+                         attention_dropout: float | None = None, num_labels: int = 2,
+                         device: str = "cuda") -> MemoryReport:
+    """Estimate one training step without allocating memory, under FakeTensorMode (chapter 1).
+
+    device='cuda' follows a GPU's kernel choices (fused memory-efficient attention, bool dropout masks,
+    fp32 layer norm and softmax under autocast); device='cpu' follows this machine's kernels.
+    """
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from transformers import AutoModelForSequenceClassification
+
+    if precision not in PRECISIONS:
+        raise ValueError(f"unknown precision {precision!r}: use one of {PRECISIONS}")
+    if attention not in ("eager", "sdpa"):
+        raise ValueError(f"attention must be 'eager' or 'sdpa', got {attention!r}")
+    if device not in ("cuda", "cpu"):
+        raise ValueError(f"device must be 'cuda' or 'cpu', got {device!r}")
+    if optimizer not in ("adamw", "sgd", "none"):
+        raise ValueError(f"optimizer must be 'adamw', 'sgd' or 'none', got {optimizer!r}")
+    config = copy.deepcopy(model_config(config_or_model_id, num_labels))
+    _check_sizes(batch_size, seq_len, config)
+    if attention_dropout is not None:
+        config.attention_probs_dropout_prob = attention_dropout
+    with torch.device("meta"):
+        model = AutoModelForSequenceClassification.from_config(config, attn_implementation=attention)
+    with FakeTensorMode(allow_non_fake_inputs=True), _cuda_like_kernels(attention, device):
+        model.to_empty(device="cpu")
+        model.train()
+        if gradient_checkpointing:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        ids = torch.zeros(batch_size, seq_len, dtype=torch.long)
+        batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "token_type_ids": torch.zeros_like(ids),
+                 "labels": torch.zeros(batch_size, dtype=torch.long)}
+        opt = {"adamw": lambda p: torch.optim.AdamW(p, foreach=False),
+               "sgd": lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, foreach=False),
+               "none": lambda p: None}[optimizer](model.parameters())
+        report = measure_step_memory(model, batch, opt, precision)
+    report.device, report.estimated = f"{device} (estimated)", True
+    report.notes = [f"estimated under FakeTensorMode for {device}: {attention} attention"
+                    + (" (memory-efficient fused kernel)" if attention == "sdpa" and device == "cuda" else "")
+                    + f", {precision}, {optimizer}" + (", gradient checkpointing" if gradient_checkpointing else ""),
+                    "excludes the CUDA context, allocator caching/fragmentation and kernel workspaces"]
+    return report

@@ -1,0 +1,230 @@
+"""Where fine-tuning memory goes: measure one training step, estimate it under FakeTensorMode (chapter 1)."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+import torch
+from torch import nn
+
+PRECISIONS = ("fp32", "bf16", "fp16")
+GIB = 1024**3
+
+
+@dataclass
+class MemoryReport:
+    """Bytes of one training step by category; `exact` names the figures that are measurements (chapter 1)."""
+
+    parameters: int
+    gradients: int
+    optimizer_state: int
+    activations: int  # tensors saved for backward, deduplicated by storage, weights excluded
+    peak: int | None = None  # torch.cuda.max_memory_allocated over the step (CUDA only)
+    device: str = "cpu"
+    estimated: bool = False
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def total(self) -> int:
+        """Parameters + gradients + optimizer state + saved activations (a lower bound of the peak)."""
+        return self.parameters + self.gradients + self.optimizer_state + self.activations
+
+    def as_dict(self, unit: int = GIB) -> dict[str, Any]:
+        """The figures in `unit` bytes (GiB by default), ready for a table."""
+        out = {k: getattr(self, k) / unit for k in ("parameters", "gradients", "optimizer_state", "activations")}
+        out["total"] = self.total / unit
+        out["peak"] = None if self.peak is None else self.peak / unit
+        return out
+
+
+def storage_key(tensor: torch.Tensor) -> int:
+    """Identity of a tensor's storage, so views of one buffer count once (works for fake tensors too)."""
+    return tensor.untyped_storage()._cdata
+
+
+def storage_bytes(tensor: torch.Tensor) -> int:
+    """Bytes of the whole storage behind a tensor (a view keeps all of it alive)."""
+    return tensor.untyped_storage().nbytes()
+
+
+class SavedTensorTally:
+    """Counts bytes saved for backward, each storage once, skipping storages in `exclude` (chapter 1)."""
+
+    def __init__(self, exclude: set[int] | None = None):
+        self.exclude = set(exclude or ())
+        self.seen: dict[int, int] = {}
+
+    def add(self, tensor: torch.Tensor) -> None:
+        """Record one tensor (no-op for excluded or already seen storages)."""
+        if not isinstance(tensor, torch.Tensor) or tensor.layout != torch.strided:
+            return
+        key = storage_key(tensor)
+        if key not in self.exclude and key not in self.seen:
+            self.seen[key] = storage_bytes(tensor)
+
+    @property
+    def total(self) -> int:
+        """Bytes of all distinct storages recorded."""
+        return sum(self.seen.values())
+
+    @contextlib.contextmanager
+    def hooks(self) -> Iterator["SavedTensorTally"]:
+        """Record every tensor autograd saves inside the block."""
+        def pack(tensor):
+            self.add(tensor)
+            return tensor
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+            yield self
+
+
+def _unique_tensors(tensors) -> dict[int, torch.Tensor]:
+    """Distinct storages among tensors, keyed by storage."""
+    return {storage_key(t): t for t in tensors if isinstance(t, torch.Tensor)}
+
+
+def optimizer_state_bytes(optimizer: torch.optim.Optimizer | None) -> int:
+    """Bytes of every tensor in the optimizer's state (AdamW: exp_avg, exp_avg_sq, step) (chapter 1)."""
+    if optimizer is None:
+        return 0
+    tensors = [v for state in optimizer.state.values() for v in state.values() if isinstance(v, torch.Tensor)]
+    return sum(storage_bytes(t) for t in _unique_tensors(tensors).values())
+
+
+def autocast_context(precision: str, device_type: str):
+    """torch.autocast for bf16/fp16, a null context for fp32 (chapters 1 and 3)."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"unknown precision {precision!r}: use one of {PRECISIONS}")
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
+    return torch.autocast(device_type=device_type, dtype=dtype)
+
+
+def _checkpointed_layer_inputs(model: nn.Module, tally: SavedTensorTally) -> list:
+    """With gradient checkpointing, each layer keeps its input alive outside autograd's saved tensors."""
+    enabled = getattr(model, "is_activation_checkpointing", None)
+    if enabled is None:  # transformers < 5
+        enabled = getattr(model, "is_gradient_checkpointing", False)
+    if not enabled:
+        return []
+    from .llrd import find_encoder_layers
+
+    def record_inputs(module, args):
+        for arg in args:
+            tally.add(arg)
+
+    return [layer.register_forward_pre_hook(record_inputs) for layer in find_encoder_layers(model)[1]]
+
+
+def measure_step_memory(model: nn.Module, batch: dict[str, torch.Tensor],
+                        optimizer: torch.optim.Optimizer | None = None, precision: str = "fp32",
+                        loss_fn: Callable[[Any], torch.Tensor] | None = None) -> MemoryReport:
+    """Run one forward/backward(/optimizer) step and account for its memory by category (chapter 1)."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"unknown precision {precision!r}: use one of {PRECISIONS}")
+    params = [p for p in model.parameters()]
+    if not params:
+        raise ValueError("the model has no parameters")
+    device = params[0].device
+    weights = _unique_tensors(params + list(model.buffers()))
+    tally = SavedTensorTally(exclude=set(weights))
+    cuda = device.type == "cuda" and not _is_fake(params[0])
+    if cuda:
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+    handles = _checkpointed_layer_inputs(model, tally)
+    try:
+        with tally.hooks(), autocast_context(precision, device.type):
+            out = model(**batch)
+            loss = loss_fn(out) if loss_fn is not None else out.loss
+    finally:
+        for handle in handles:
+            handle.remove()
+    loss.backward()
+    if optimizer is not None:
+        optimizer.step()
+    peak = torch.cuda.max_memory_allocated(device) if cuda else None
+    grads = _unique_tensors([p.grad for p in params if p.grad is not None])
+    param_bytes = sum(storage_bytes(t) for t in _unique_tensors(params).values())
+    notes = ["activations = tensors saved for backward (each storage once, weights and buffers excluded)"]
+    if peak is None:
+        notes.append(f"no allocator peak on {device.type}: the total is the sum of the four categories")
+    report = MemoryReport(parameters=param_bytes, gradients=sum(storage_bytes(g) for g in grads.values()),
+                          optimizer_state=optimizer_state_bytes(optimizer), activations=tally.total, peak=peak,
+                          device=str(device), notes=notes)
+    if optimizer is not None:
+        optimizer.zero_grad(set_to_none=True)
+    return report
+
+
+def _is_fake(tensor: torch.Tensor) -> bool:
+    """True for FakeTensors (estimates), which have no real memory behind them."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    return isinstance(tensor, FakeTensor)
+
+
+def analytic_step_memory(config, batch_size: int, seq_len: int, attention: str = "eager",
+                         optimizer: str = "adamw", device: str = "cuda", num_params: int | None = None) -> MemoryReport:
+    """The closed-form fp32 count for a BERT classifier step, checked against measurements (chapter 1).
+
+    Per layer (b batch, s tokens, h hidden, i intermediate, a heads, w = 4 bytes, m bytes per dropout-mask
+    value: 1 on CUDA (bool), 4 on CPU (float)):
+    bsh·(8w + 2m) + 2·bsi·w + 16·bs (LayerNorm statistics)
+    + eager or math-path attention: b·a·s²·(2w + m)  (softmax output, dropout mask, dropped probabilities)
+    + fused attention: b·a·s'·4 (log-sum-exp; s' = s rounded up to 32 on CUDA) and, on CUDA, the b·s²·w float
+      bias that each layer makes from the boolean padding mask.
+    """
+    _check_sizes(batch_size, seq_len, config)
+    if attention not in ("eager", "sdpa"):
+        raise ValueError(f"attention must be 'eager' or 'sdpa', got {attention!r}")
+    if device not in ("cuda", "cpu"):
+        raise ValueError(f"device must be 'cuda' or 'cpu', got {device!r}")
+    b, s, w, m = batch_size, seq_len, 4, (1 if device == "cuda" else 4)
+    h, i, a, L = config.hidden_size, config.intermediate_size, config.num_attention_heads, config.num_hidden_layers
+    per_layer = b * s * h * (8 * w + 2 * m) + 2 * b * s * i * w + 16 * b * s
+    if attention == "eager":
+        per_layer += b * a * s * s * (2 * w + m)
+    else:
+        per_layer += b * a * (round_up(s, 32) if device == "cuda" else s) * 4
+        per_layer += b * s * s * w if device == "cuda" else 0
+    embeddings = b * s * h * (w + m) + 2 * b * s * 8 + 2 * b * s * 4  # LN input, dropout mask, 2 id tensors, LN stats
+    head = b * s * h * w + b * h * (2 * w + m) + b * config.num_labels * w + b * 8 + 4
+    n = num_params if num_params is not None else count_bert_parameters(config)
+    state = {"adamw": 8 * n, "sgd": 4 * n, "none": 0}.get(optimizer)
+    if state is None:
+        raise ValueError(f"optimizer must be 'adamw', 'sgd' or 'none', got {optimizer!r}")
+    return MemoryReport(parameters=4 * n, gradients=4 * n, optimizer_state=state,
+                        activations=L * per_layer + embeddings + head, device=device, estimated=True,
+                        notes=["closed-form fp32 formula (chapter 1)"])
+
+
+def count_bert_parameters(config) -> int:
+    """Parameters of BertForSequenceClassification for a config, in closed form (chapter 1)."""
+    h, i, L, v = config.hidden_size, config.intermediate_size, config.num_hidden_layers, config.vocab_size
+    embeddings = (v + config.max_position_embeddings + config.type_vocab_size) * h + 2 * h
+    layer = 4 * (h * h + h) + 2 * h + (h * i + i) + (i * h + h) + 2 * h  # q, k, v, o; 2 LayerNorms; FFN
+    head = h * h + h + h * config.num_labels + config.num_labels
+    return embeddings + L * layer + head
+
+
+def _check_sizes(batch_size: int, seq_len: int, config) -> None:
+    """Positive sizes and a sequence that fits the position embeddings."""
+    if not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+    if not isinstance(seq_len, int) or seq_len < 1:
+        raise ValueError(f"seq_len must be a positive int, got {seq_len!r}")
+    limit = getattr(config, "max_position_embeddings", None)
+    if limit is not None and seq_len > limit:
+        raise ValueError(f"seq_len={seq_len} exceeds max_position_embeddings={limit}: pass a config with "
+                         f"max_position_embeddings >= {seq_len} (e.g. config.max_position_embeddings = {seq_len}; "
+                         "the extra positions are untrained, fine for a memory experiment)")
+
+
+def round_up(value: int, multiple: int) -> int:
+    """Smallest multiple of `multiple` that is >= value."""
+    return int(math.ceil(value / multiple) * multiple)
