@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 TORCH_SPEC ?= torch==2.13.0
 HAS_GPU := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && echo yes)
 
-.PHONY: install test unit notebooks book site-check bench clean
+.PHONY: install test unit notebooks book site-check bench-estimator clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -42,3 +42,7 @@ site-check: install
 
 clean:
 	rm -rf _build $(VENV) conf.py
+
+# Benchmarks print tables; numbers quoted in issues and notes come from here.
+bench-estimator: install
+	$(PY) benchmarks/estimator.py

@@ -78,3 +78,16 @@ def test_layerwise_decay_builds_groups_with_decayed_rates(tiny_model):
     assert rates == [2.5e-4, 5e-4, 1e-3]  # embeddings α², layer 1 α, layer 2 and head 1
     with pytest.raises(ValueError, match="layerwise_decay"):
         TrainConfig(layerwise_decay=0.0)
+
+
+def test_memory_breakdown_plot_stacks_four_categories():
+    import matplotlib
+    matplotlib.use("Agg")
+    from bertmem.memory import MemoryReport
+    from bertmem.plots import plot_memory_breakdown
+    reports = {"a": MemoryReport(1, 2, 3, 4), "b": MemoryReport(2, 2, 2, 2)}
+    ax = plot_memory_breakdown(reports, unit=1, unit_name="B")
+    heights = [p.get_height() for p in ax.patches]
+    assert heights == [1, 2, 2, 2, 3, 2, 4, 2] and ax.get_ylabel() == "memory (B)"
+    with pytest.raises(ValueError):
+        plot_memory_breakdown({})

@@ -38,3 +38,30 @@ def markdown_table(rows: Sequence[dict], columns: Sequence[str] | None = None, f
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     lines += ["| " + " | ".join(cell(row.get(c, "")) for c in columns) + " |" for row in rows]
     return "\n".join(lines)
+
+
+BREAKDOWN = (("parameters", "weights"), ("gradients", "gradients"), ("optimizer_state", "Adam state"),
+             ("activations", "activations (saved for backward)"))
+
+
+def plot_memory_breakdown(reports: dict, ax=None, unit: float = 1024**3, unit_name: str = "GiB", title: str = ""):
+    """Stacked bars of weights / gradients / optimizer state / activations, one bar per report (chapter 1)."""
+    import matplotlib.pyplot as plt
+
+    if not reports:
+        raise ValueError("no reports to plot")
+    ax = ax or plt.subplots(figsize=(8, 4))[1]
+    labels = list(reports)
+    bottom = np.zeros(len(labels))
+    for field, name in BREAKDOWN:
+        values = np.array([getattr(reports[k], field) / unit for k in labels])
+        ax.bar(labels, values, bottom=bottom, label=name)
+        bottom += values
+    for x, total in enumerate(bottom):
+        ax.text(x, total, f"{total:.2f}", ha="center", va="bottom", fontsize=9)
+    ax.set_ylabel(f"memory ({unit_name})")
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3, axis="y")
+    ax.tick_params(axis="x", labelrotation=20)
+    return ax

@@ -1,4 +1,4 @@
-"""The plain fp32 fine-tuning loop: AdamW, linear warmup + decay, evaluation, history (chapter 0)."""
+"""The fine-tuning loop: AdamW, warmup + decay, gradient accumulation, clipping, evaluation (chapters 0, 2, 4)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
+from .accumulation import WEIGHTINGS, backward_window, check_dataset_fits, windows
 from .profile import progress as progress_bar
 from .profile import seed_everything
 
@@ -28,6 +29,9 @@ class TrainConfig:
     max_steps: int | None = None  # stop early after this many optimizer steps (tests, demos)
     progress: bool = True
     layerwise_decay: float | None = None  # chapter 4: None = one AdamW group; 1.0 = groups without decay
+    accumulation_steps: int = 1  # chapter 2: micro-batches per optimizer step
+    loss_weighting: str = "examples"  # chapter 2: "examples" or "tokens" (token-level losses)
+    max_grad_norm: float | None = None  # clip once per optimizer step; None = no clipping
 
     def __post_init__(self) -> None:
         if not isinstance(self.epochs, int) or self.epochs < 1:
@@ -38,6 +42,12 @@ class TrainConfig:
             raise ValueError(f"weight_decay must be >= 0, got {self.weight_decay}")
         if not 0 <= self.warmup_ratio < 1:
             raise ValueError(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
+        if not isinstance(self.accumulation_steps, int) or self.accumulation_steps < 1:
+            raise ValueError(f"accumulation_steps must be an int >= 1, got {self.accumulation_steps!r}")
+        if self.loss_weighting not in WEIGHTINGS:
+            raise ValueError(f"loss_weighting must be one of {WEIGHTINGS}, got {self.loss_weighting!r}")
+        if self.max_grad_norm is not None and not self.max_grad_norm > 0:
+            raise ValueError(f"max_grad_norm must be > 0 or None, got {self.max_grad_norm}")
         if self.layerwise_decay is not None and not 0 < self.layerwise_decay <= 1:
             raise ValueError(f"layerwise_decay must be in (0, 1] or None, got {self.layerwise_decay}")
         if self.max_steps is not None and self.max_steps < 1:
@@ -123,34 +133,46 @@ def make_optimizer_and_scheduler(model: torch.nn.Module, config: TrainConfig, to
     return optimizer, get_linear_schedule_with_warmup(optimizer, warmup, total_steps)
 
 
+def dataset_size(loader) -> int:
+    """Examples in a loader: len(dataset) for a DataLoader, else the labels of a list of batches."""
+    dataset = getattr(loader, "dataset", None)
+    return len(dataset) if dataset is not None else sum(len(b["labels"]) for b in loader)
+
+
 def train(model: torch.nn.Module, train_loader: DataLoader, config: TrainConfig,
           eval_loader: DataLoader | None = None) -> TrainResult:
-    """Fine-tune with the plain fp32 loop; evaluate after each epoch when eval_loader is given (chapter 0)."""
+    """Fine-tune; one optimizer step per window of `accumulation_steps` micro-batches (chapters 0 and 2)."""
     if len(train_loader) == 0:
         raise ValueError("the training loader yields no batches: the dataset is empty")
+    micro_size = getattr(train_loader, "batch_size", None) or len(next(iter(train_loader))["labels"])
+    check_dataset_fits(dataset_size(train_loader), micro_size * config.accumulation_steps)
     seed_everything(config.seed)
     device = torch.device(config.device)
     model.to(device)
-    total = config.epochs * len(train_loader)
+    steps_per_epoch = math.ceil(len(train_loader) / config.accumulation_steps)
+    total = config.epochs * steps_per_epoch
     total = min(total, config.max_steps) if config.max_steps else total
     optimizer, scheduler = make_optimizer_and_scheduler(model, config, total)
+    params = [p for p in model.parameters() if p.requires_grad]
     result, step = TrainResult(), 0
     for epoch in range(1, config.epochs + 1):
         model.train()
         start, seen = time.perf_counter(), 0
-        bar = progress_bar(train_loader, f"epoch {epoch}/{config.epochs}", enabled=config.progress)
-        for batch in bar:
-            batch = move_to(batch, device)
-            loss = model(**batch).loss
-            loss.backward()
+        bar = progress_bar(windows(train_loader, config.accumulation_steps), f"epoch {epoch}/{config.epochs}",
+                           enabled=config.progress, total=steps_per_epoch)
+        for window in bar:
+            loss = backward_window(model, window, device, config.loss_weighting)
+            record = {"step": step + 1, "epoch": epoch, "loss": loss}
+            if config.max_grad_norm is not None:  # once per optimizer step, on the summed gradient
+                record["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm))
             optimizer.step()
             scheduler.step()
             optimizer.zero_grad(set_to_none=True)
             step += 1
-            seen += len(batch["labels"])
-            result.history.append({"step": step, "epoch": epoch, "loss": loss.item(),
-                                   "lr": scheduler.get_last_lr()[0]})
-            bar.set_postfix(loss=f"{result.history[-1]['loss']:.3f}")
+            seen += sum(len(micro["labels"]) for micro in window)
+            record["lr"] = scheduler.get_last_lr()[0]
+            result.history.append(record)
+            bar.set_postfix(loss=f"{loss:.3f}")
             if step >= total:
                 break
         elapsed = time.perf_counter() - start

@@ -1,0 +1,136 @@
+"""Gradient accumulation that equals the big batch: windows, loss weights, step counts (chapter 2)."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import warnings
+from dataclasses import dataclass
+from typing import Iterable, Iterator
+
+import torch
+
+WEIGHTINGS = ("examples", "tokens")
+
+
+@dataclass(frozen=True)
+class AccumulationPlan:
+    """Micro-batch, accumulation steps and the derived step counts for one epoch (chapters 2 and 6)."""
+
+    micro_batch_size: int
+    accumulation_steps: int
+    dataset_size: int
+
+    def __post_init__(self) -> None:
+        for name in ("micro_batch_size", "accumulation_steps", "dataset_size"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+
+    @property
+    def effective_batch_size(self) -> int:
+        """Examples per optimizer step: micro-batch × accumulation steps."""
+        return self.micro_batch_size * self.accumulation_steps
+
+    @property
+    def micro_batches_per_epoch(self) -> int:
+        """Forward/backward passes per epoch (the last micro-batch may be short)."""
+        return math.ceil(self.dataset_size / self.micro_batch_size)
+
+    @property
+    def optimizer_steps_per_epoch(self) -> int:
+        """Optimizer (and scheduler) steps per epoch; a short last window still makes one step."""
+        return math.ceil(self.micro_batches_per_epoch / self.accumulation_steps)
+
+    def warmup_steps(self, epochs: int, warmup_ratio: float = 0.1) -> int:
+        """Warmup length in optimizer steps (not micro-batches) for a run of `epochs`."""
+        return math.ceil(warmup_ratio * epochs * self.optimizer_steps_per_epoch)
+
+
+def plan_for(target_batch: int, fits: int, dataset_size: int) -> AccumulationPlan:
+    """The plan reaching `target_batch` with micro-batches of at most `fits` examples (chapters 2 and 6)."""
+    if target_batch < 1 or fits < 1:
+        raise ValueError(f"target_batch and fits must be >= 1, got {target_batch} and {fits}")
+    steps = math.ceil(target_batch / fits)
+    while target_batch % steps:  # prefer an exact split: micro × steps == target
+        steps += 1
+    return AccumulationPlan(target_batch // steps, steps, dataset_size)
+
+
+def split_batch(batch: dict[str, torch.Tensor], sizes: list[int]) -> list[dict[str, torch.Tensor]]:
+    """Cut one batch into micro-batches of the given sizes, in order (chapter 2)."""
+    n = len(batch["labels"])
+    if sum(sizes) != n or min(sizes) < 1:
+        raise ValueError(f"micro-batch sizes {sizes} must be positive and add up to the batch size {n}")
+    out, start = [], 0
+    for size in sizes:
+        out.append({k: v[start:start + size] for k, v in batch.items()})
+        start += size
+    return out
+
+
+def windows(loader: Iterable, accumulation_steps: int) -> Iterator[list]:
+    """Group micro-batches into optimizer-step windows; the last one of an epoch may be shorter (chapter 2)."""
+    if accumulation_steps < 1:
+        raise ValueError(f"accumulation_steps must be >= 1, got {accumulation_steps}")
+    window: list = []
+    for micro in loader:
+        window.append(micro)
+        if len(window) == accumulation_steps:
+            yield window
+            window = []
+    if window:
+        yield window
+
+
+def count_items(micro: dict, weighting: str = "examples") -> int:
+    """Examples in a micro-batch, or (weighting='tokens') its labelled tokens, labels != -100 (chapter 2)."""
+    if weighting not in WEIGHTINGS:
+        raise ValueError(f"weighting must be one of {WEIGHTINGS}, got {weighting!r}")
+    labels = micro["labels"]
+    if weighting == "examples":
+        return int(labels.shape[0])
+    return int((labels != -100).sum())
+
+
+def loss_weights(window: list, weighting: str = "examples") -> list[float]:
+    """Each micro-batch's share of the window, so the summed gradient is the mean over the effective batch."""
+    counts = [count_items(micro, weighting) for micro in window]
+    total = sum(counts)
+    if total == 0:
+        raise ValueError("the window has no labelled items to average over")
+    return [c / total for c in counts]
+
+
+def sync_context(model: torch.nn.Module, last: bool):
+    """`model.no_sync()` for non-final micro-batches under DDP (no all-reduce until the window ends)."""
+    if not last and hasattr(model, "no_sync"):
+        return model.no_sync()
+    return contextlib.nullcontext()
+
+
+def check_dataset_fits(dataset_size: int, effective_batch: int) -> None:
+    """Warn when one epoch holds less than one effective batch (every step then sees fewer examples)."""
+    if dataset_size < effective_batch:
+        warnings.warn(f"the dataset has {dataset_size} examples, fewer than one effective batch of "
+                      f"{effective_batch}: every optimizer step averages over the {dataset_size} available. "
+                      "Lower accumulation_steps or the micro-batch size.", stacklevel=3)
+
+
+def backward_window(model: torch.nn.Module, window: list, device: torch.device | str,
+                    weighting: str = "examples", scale=None) -> float:
+    """Backward every micro-batch of a window, each loss weighted by its share; return the window's loss.
+
+    `scale` (optional) wraps each weighted loss before backward, e.g. a GradScaler's `scale` (chapter 3).
+    """
+    from .train import move_to
+
+    weights = loss_weights(window, weighting)
+    total = 0.0
+    for j, (micro, weight) in enumerate(zip(window, weights)):
+        micro = move_to(micro, device)
+        with sync_context(model, last=j == len(window) - 1):
+            loss = model(**micro).loss * weight
+            (scale(loss) if scale is not None else loss).backward()
+        total += loss.item()
+    return total
