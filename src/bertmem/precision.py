@@ -1,0 +1,153 @@
+"""Mixed precision with torch.amp: choose by hardware, autocast + GradScaler, non-finite guard (chapter 3)."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+REQUESTS = ("auto", "fp32", "bf16", "fp16")
+
+
+@dataclass(frozen=True)
+class PrecisionChoice:
+    """The precision a run uses, on which device type, why, and whether it needs loss scaling (chapter 3)."""
+
+    precision: str
+    device_type: str
+    reason: str
+
+    def __post_init__(self) -> None:
+        if self.precision not in ("fp32", "bf16", "fp16"):
+            raise ValueError(f"precision must be 'fp32', 'bf16' or 'fp16', got {self.precision!r}")
+        if self.device_type not in ("cpu", "cuda"):
+            raise ValueError(f"device_type must be 'cpu' or 'cuda', got {self.device_type!r}")
+
+    @property
+    def use_scaler(self) -> bool:
+        """fp16 needs dynamic loss scaling; bf16 has fp32's exponent range and does not."""
+        return self.precision == "fp16"
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The autocast dtype (fp32 means autocast off)."""
+        return {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[self.precision]
+
+
+def cpu_supports_bf16() -> bool:
+    """True when this CPU has native bf16 kernels (AVX512-BF16 or AMX) in oneDNN."""
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return False
+
+
+def choose_precision(requested: str = "auto", device_type: str | None = None,
+                     capability: tuple[int, int] | None = None, cpu_bf16: bool | None = None,
+                     verbose: bool = True) -> PrecisionChoice:
+    """auto: bf16 on Ampere+ GPUs and bf16 CPUs, fp16 + GradScaler on older GPUs, else fp32 (chapter 3)."""
+    if requested not in REQUESTS:
+        raise ValueError(f"unknown precision {requested!r}: use one of {REQUESTS}")
+    device_type = device_type or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device_type == "cuda":
+        major, minor = capability or torch.cuda.get_device_capability()
+        bf16_ok, where = major >= 8, f"GPU with compute capability {major}.{minor}"
+    elif device_type == "cpu":
+        bf16_ok = cpu_supports_bf16() if cpu_bf16 is None else cpu_bf16
+        where = f"CPU {'with' if bf16_ok else 'without'} native bf16"
+    else:
+        raise ValueError(f"device_type must be 'cpu' or 'cuda', got {device_type!r}")
+    if requested == "fp16" and device_type == "cpu":
+        raise ValueError("fp16 on a CPU runs about 25x slower than fp32 (no fp16 matmul kernels): "
+                         "use precision='bf16' or 'fp32'")
+    if requested == "bf16" and not bf16_ok:
+        raise ValueError(f"bf16 is not supported on this {where}: use 'fp16' (GPU) or 'fp32'")
+    if requested != "auto":
+        choice = PrecisionChoice(requested, device_type, f"requested explicitly on a {where}")
+    elif bf16_ok:
+        choice = PrecisionChoice("bf16", device_type, f"{where}: bf16 keeps fp32's range, no loss scaling needed")
+    elif device_type == "cuda":
+        choice = PrecisionChoice("fp16", device_type, f"{where} (pre-Ampere, e.g. a T4): fp16 with GradScaler")
+    else:
+        choice = PrecisionChoice("fp32", device_type, f"{where}: fp32 (fp16 would be ~25x slower here)")
+    if verbose:
+        print(f"precision: {choice.precision} — {choice.reason}")
+    return choice
+
+
+class NonFiniteError(RuntimeError):
+    """Training produced a non-finite loss or gradient that no loss scaler will handle."""
+
+
+def check_finite(step: int, loss: float, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    """Stop with a diagnosis (step, loss, largest gradient, LR) instead of writing NaN into the weights."""
+    worst_name, worst = None, 0.0
+    bad = []
+    for name, p in model.named_parameters():
+        if p.grad is None:
+            continue
+        g = p.grad.detach()
+        if not torch.isfinite(g).all():
+            bad.append(name)
+        finite = g[torch.isfinite(g)]
+        value = float(finite.abs().max()) if finite.numel() else 0.0
+        if value >= worst:
+            worst_name, worst = name, value
+    if math.isfinite(loss) and not bad:
+        return
+    lr = optimizer.param_groups[0]["lr"]
+    raise NonFiniteError(f"non-finite training state at optimizer step {step}: loss={loss}, "
+                         f"{len(bad)} parameter(s) with inf/NaN gradients (first: {bad[:1]}), largest finite "
+                         f"|grad| {worst:.3g} in {worst_name}, lr={lr:.3g}. Lower the peak LR, clip gradients, "
+                         "or prefer bf16 over fp16")
+
+
+@dataclass
+class MixedPrecision:
+    """autocast + GradScaler that composes with accumulation: scale every micro-batch, step once (chapter 3)."""
+
+    choice: PrecisionChoice
+    init_scale: float = 2.0**16
+    scale_history: list[float] = field(default_factory=list)
+    skipped_steps: int = 0
+
+    def __post_init__(self) -> None:
+        self.scaler = torch.amp.GradScaler(self.choice.device_type, init_scale=self.init_scale,
+                                           enabled=self.choice.use_scaler)
+
+    def autocast(self):
+        """The forward-pass context: torch.autocast for bf16/fp16, nothing for fp32."""
+        if self.choice.precision == "fp32":
+            return contextlib.nullcontext()
+        return torch.autocast(self.choice.device_type, dtype=self.choice.dtype)
+
+    def scale(self, loss: torch.Tensor) -> torch.Tensor:
+        """Multiply a (weighted micro-batch) loss by the current loss scale before backward."""
+        return self.scaler.scale(loss)
+
+    def unscale_(self, optimizer: torch.optim.Optimizer) -> None:
+        """Divide the accumulated gradients by the scale once per optimizer step, before clipping."""
+        self.scaler.unscale_(optimizer)
+
+    def step(self, optimizer: torch.optim.Optimizer) -> bool:
+        """optimizer.step() unless the gradients overflowed; update the scale; return whether it stepped."""
+        if not self.choice.use_scaler:
+            optimizer.step()
+            return True
+        before = self.scaler.get_scale()
+        self.scaler.step(optimizer)
+        self.scaler.update()
+        after = self.scaler.get_scale()
+        self.scale_history.append(after)
+        stepped = after >= before  # the scaler shrinks the scale exactly when it skipped the step
+        self.skipped_steps += not stepped
+        return stepped
+
+
+def pure_half(model: torch.nn.Module, dtype: torch.dtype = torch.bfloat16) -> torch.nn.Module:
+    """Cast every weight to half precision (Apex O2/O3's idea): no fp32 master weights (chapter 3)."""
+    if dtype not in (torch.bfloat16, torch.float16):
+        raise ValueError(f"dtype must be torch.bfloat16 or torch.float16, got {dtype}")
+    return model.to(dtype)

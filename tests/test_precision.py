@@ -1,0 +1,100 @@
+import copy
+
+import pytest
+import torch
+
+from bertmem.accumulation import backward_window, split_batch
+from bertmem.models import classifier_from_config, tiny_bert_config
+from bertmem.precision import (MixedPrecision, NonFiniteError, PrecisionChoice, check_finite, choose_precision,
+                               pure_half)
+
+
+@pytest.mark.parametrize("device, capability, cpu_bf16, expected", [
+    ("cuda", (7, 5), None, "fp16"),   # Colab T4
+    ("cuda", (8, 0), None, "bf16"),   # A100
+    ("cuda", (8, 9), None, "bf16"),   # L4
+    ("cpu", None, True, "bf16"),
+    ("cpu", None, False, "fp32"),
+])
+def test_auto_selection_by_hardware(device, capability, cpu_bf16, expected, capsys):
+    choice = choose_precision("auto", device, capability, cpu_bf16)
+    assert choice.precision == expected and choice.use_scaler == (expected == "fp16")
+    assert expected in capsys.readouterr().out  # the choice and its reason are printed
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(requested="fp16", device_type="cpu", cpu_bf16=True), "25x slower"),
+    (dict(requested="bf16", device_type="cuda", capability=(7, 5)), "not supported"),
+    (dict(requested="fp8", device_type="cpu"), "unknown precision"),
+    (dict(requested="auto", device_type="tpu"), "device_type"),
+])
+def test_bad_precision_requests(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        choose_precision(verbose=False, **kwargs)
+
+
+def tiny():
+    torch.manual_seed(0)
+    return classifier_from_config(tiny_bert_config(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0))
+
+
+def batch(n=16):
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(5, 1000, (n, 12), generator=g)
+    return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids[:, 1] % 2}
+
+
+def one_update(choice, micro_sizes=(8, 8)):
+    model = tiny()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    mp = MixedPrecision(choice)
+    before = [p.detach().clone() for p in model.parameters()]
+    with mp.autocast():
+        backward_window(model, split_batch(batch(), list(micro_sizes)), "cpu", scale=mp.scale)
+    mp.unscale_(opt)
+    stepped = mp.step(opt)
+    return [p.detach() - b for p, b in zip(model.parameters(), before)], mp, stepped
+
+
+def test_fp16_with_scaler_matches_fp32_update():
+    fp32, _, _ = one_update(PrecisionChoice("fp32", "cpu", "test"))
+    fp16, mp, stepped = one_update(PrecisionChoice("fp16", "cpu", "test: CPU autocast fp16, tiny model"))
+    assert stepped and mp.skipped_steps == 0 and mp.scale_history == [2.0**16]
+    flat32, flat16 = torch.cat([d.flatten() for d in fp32]), torch.cat([d.flatten() for d in fp16])
+    assert (flat16 - flat32).norm() / flat32.norm() < 2e-2
+
+
+def test_overflow_skips_the_step_and_shrinks_the_scale():
+    model = tiny()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    mp = MixedPrecision(PrecisionChoice("fp16", "cpu", "test"))
+    before = copy.deepcopy(model.state_dict())
+    with mp.autocast():
+        backward_window(model, [batch()], "cpu", scale=mp.scale)
+    model.classifier.weight.grad[0, 0] = float("inf")  # injected overflow
+    mp.unscale_(opt)
+    assert mp.step(opt) is False
+    assert mp.skipped_steps == 1 and mp.scale_history == [2.0**15]
+    for name, value in model.state_dict().items():
+        assert torch.equal(value, before[name]), name
+
+
+def test_guard_fires_on_nan_in_bf16_with_a_diagnosis():
+    model = tiny()
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-4)
+    mp = MixedPrecision(PrecisionChoice("bf16", "cpu", "test"))
+    with mp.autocast():
+        loss = backward_window(model, [batch()], "cpu", scale=mp.scale)
+    check_finite(1, loss, model, opt)  # healthy: no error
+    model.bert.encoder.layer[0].output.dense.weight.grad[0, 0] = float("nan")
+    with pytest.raises(NonFiniteError, match=r"step 7.*encoder\.layer\.0\.output\.dense\.weight.*lr=0\.0003"):
+        check_finite(7, loss, model, opt)
+    with pytest.raises(NonFiniteError, match="loss=nan"):
+        check_finite(8, float("nan"), tiny(), opt)
+
+
+def test_pure_half_casts_every_weight():
+    model = pure_half(tiny())
+    assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
+    with pytest.raises(ValueError):
+        pure_half(tiny(), torch.float32)
