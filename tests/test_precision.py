@@ -6,7 +6,7 @@ import torch
 from bertmem.accumulation import backward_window, split_batch
 from bertmem.models import classifier_from_config, tiny_bert_config
 from bertmem.precision import (MixedPrecision, NonFiniteError, PrecisionChoice, check_finite, choose_precision,
-                               pure_half)
+                               pure_half, trace_op_dtypes)
 
 
 @pytest.mark.parametrize("device, capability, cpu_bf16, expected", [
@@ -49,8 +49,7 @@ def one_update(choice, micro_sizes=(8, 8)):
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     mp = MixedPrecision(choice)
     before = [p.detach().clone() for p in model.parameters()]
-    with mp.autocast():
-        backward_window(model, split_batch(batch(), list(micro_sizes)), "cpu", scale=mp.scale)
+    backward_window(model, split_batch(batch(), list(micro_sizes)), "cpu", scale=mp.scale, autocast=mp.autocast)
     mp.unscale_(opt)
     stepped = mp.step(opt)
     return [p.detach() - b for p, b in zip(model.parameters(), before)], mp, stepped
@@ -69,8 +68,7 @@ def test_overflow_skips_the_step_and_shrinks_the_scale():
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     mp = MixedPrecision(PrecisionChoice("fp16", "cpu", "test"))
     before = copy.deepcopy(model.state_dict())
-    with mp.autocast():
-        backward_window(model, [batch()], "cpu", scale=mp.scale)
+    backward_window(model, [batch()], "cpu", scale=mp.scale, autocast=mp.autocast)
     model.classifier.weight.grad[0, 0] = float("inf")  # injected overflow
     mp.unscale_(opt)
     assert mp.step(opt) is False
@@ -83,8 +81,7 @@ def test_guard_fires_on_nan_in_bf16_with_a_diagnosis():
     model = tiny()
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4)
     mp = MixedPrecision(PrecisionChoice("bf16", "cpu", "test"))
-    with mp.autocast():
-        loss = backward_window(model, [batch()], "cpu", scale=mp.scale)
+    loss = backward_window(model, [batch()], "cpu", scale=mp.scale, autocast=mp.autocast)
     check_finite(1, loss, model, opt)  # healthy: no error
     model.bert.encoder.layer[0].output.dense.weight.grad[0, 0] = float("nan")
     with pytest.raises(NonFiniteError, match=r"step 7.*encoder\.layer\.0\.output\.dense\.weight.*lr=0\.0003"):
@@ -98,3 +95,28 @@ def test_pure_half_casts_every_weight():
     assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
     with pytest.raises(ValueError):
         pure_half(tiny(), torch.float32)
+
+
+def test_train_in_bf16_and_guard_stops_on_nan():
+    from bertmem.train import TrainConfig, train
+    data = split_batch(batch(16), [8, 8])
+    result = train(tiny(), data, TrainConfig(precision="bf16", progress=False, learning_rate=1e-3))
+    assert result.precision == "bf16" and result.skipped_steps == 0
+    assert all(torch.isfinite(torch.tensor(h["loss"])) for h in result.history)
+    model = tiny()
+    model.classifier.register_forward_hook(lambda module, args, out: out * float("nan"))
+    with pytest.raises(NonFiniteError, match="step 1"):
+        train(model, data, TrainConfig(precision="bf16", progress=False))
+    with pytest.raises(ValueError, match="25x slower"):
+        train(tiny(), data, TrainConfig(precision="fp16", progress=False))
+    with pytest.raises(ValueError, match="precision"):
+        TrainConfig(precision="half")
+
+
+def test_trace_shows_autocast_dtypes():
+    mp = MixedPrecision(PrecisionChoice("bf16", "cpu", "test"))
+    trace = trace_op_dtypes(tiny().eval(), batch(4), autocast=mp.autocast)
+    assert trace["addmm"] == {"bfloat16": trace["addmm"]["bfloat16"]}  # linear layers run in bf16
+    assert "float32" in trace["embedding"]  # embedding lookups stay fp32
+    plain = trace_op_dtypes(tiny().eval(), batch(4))
+    assert set(plain["addmm"]) == {"float32"}

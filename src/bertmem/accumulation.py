@@ -118,10 +118,11 @@ def check_dataset_fits(dataset_size: int, effective_batch: int) -> None:
 
 
 def backward_window(model: torch.nn.Module, window: list, device: torch.device | str,
-                    weighting: str = "examples", scale=None) -> float:
+                    weighting: str = "examples", scale=None, autocast=None) -> float:
     """Backward every micro-batch of a window, each loss weighted by its share; return the window's loss.
 
-    `scale` (optional) wraps each weighted loss before backward, e.g. a GradScaler's `scale` (chapter 3).
+    `autocast` (optional) returns the context for the forward pass and `scale` wraps each weighted loss
+    before backward, e.g. `MixedPrecision.autocast` and `MixedPrecision.scale` (chapter 3).
     """
     from .train import move_to
 
@@ -130,7 +131,8 @@ def backward_window(model: torch.nn.Module, window: list, device: torch.device |
     for j, (micro, weight) in enumerate(zip(window, weights)):
         micro = move_to(micro, device)
         with sync_context(model, last=j == len(window) - 1):
-            loss = model(**micro).loss * weight
+            with autocast() if autocast is not None else contextlib.nullcontext():
+                loss = model(**micro).loss.float() * weight
             (scale(loss) if scale is not None else loss).backward()
         total += loss.item()
     return total

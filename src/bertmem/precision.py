@@ -110,12 +110,13 @@ class MixedPrecision:
 
     choice: PrecisionChoice
     init_scale: float = 2.0**16
+    growth_interval: int = 2000  # good steps before the scale doubles
     scale_history: list[float] = field(default_factory=list)
     skipped_steps: int = 0
 
     def __post_init__(self) -> None:
         self.scaler = torch.amp.GradScaler(self.choice.device_type, init_scale=self.init_scale,
-                                           enabled=self.choice.use_scaler)
+                                           growth_interval=self.growth_interval, enabled=self.choice.use_scaler)
 
     def autocast(self):
         """The forward-pass context: torch.autocast for bf16/fp16, nothing for fp32."""
@@ -151,3 +152,24 @@ def pure_half(model: torch.nn.Module, dtype: torch.dtype = torch.bfloat16) -> to
     if dtype not in (torch.bfloat16, torch.float16):
         raise ValueError(f"dtype must be torch.bfloat16 or torch.float16, got {dtype}")
     return model.to(dtype)
+
+
+def trace_op_dtypes(model: torch.nn.Module, batch: dict, autocast=None) -> dict[str, dict[str, int]]:
+    """Which aten ops ran in which output dtype during one forward pass, e.g. under autocast (chapter 3)."""
+    from collections import Counter, defaultdict
+
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    seen: defaultdict[str, Counter] = defaultdict(Counter)
+
+    class Trace(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            first = out[0] if isinstance(out, (tuple, list)) and out else out
+            if isinstance(first, torch.Tensor) and first.is_floating_point():
+                seen[func.overloadpacket.__name__][str(first.dtype).removeprefix("torch.")] += 1
+            return out
+
+    with torch.no_grad(), (autocast() if autocast is not None else contextlib.nullcontext()), Trace():
+        model(**batch)
+    return {op: dict(counts) for op, counts in sorted(seen.items())}

@@ -12,6 +12,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from .accumulation import WEIGHTINGS, backward_window, check_dataset_fits, windows
+from .precision import REQUESTS, MixedPrecision, check_finite, choose_precision
 from .profile import progress as progress_bar
 from .profile import seed_everything
 
@@ -31,7 +32,9 @@ class TrainConfig:
     layerwise_decay: float | None = None  # chapter 4: None = one AdamW group; 1.0 = groups without decay
     accumulation_steps: int = 1  # chapter 2: micro-batches per optimizer step
     loss_weighting: str = "examples"  # chapter 2: "examples" or "tokens" (token-level losses)
-    max_grad_norm: float | None = None  # clip once per optimizer step; None = no clipping
+    max_grad_norm: float | None = None  # clip once per optimizer step (after unscaling); None = no clipping
+    precision: str = "fp32"  # chapter 3: "auto", "fp32", "bf16" or "fp16" (+ GradScaler)
+    guard_non_finite: bool = True  # chapter 3: stop with a diagnosis on NaN/inf the scaler does not handle
 
     def __post_init__(self) -> None:
         if not isinstance(self.epochs, int) or self.epochs < 1:
@@ -48,6 +51,8 @@ class TrainConfig:
             raise ValueError(f"loss_weighting must be one of {WEIGHTINGS}, got {self.loss_weighting!r}")
         if self.max_grad_norm is not None and not self.max_grad_norm > 0:
             raise ValueError(f"max_grad_norm must be > 0 or None, got {self.max_grad_norm}")
+        if self.precision not in REQUESTS:
+            raise ValueError(f"precision must be one of {REQUESTS}, got {self.precision!r}")
         if self.layerwise_decay is not None and not 0 < self.layerwise_decay <= 1:
             raise ValueError(f"layerwise_decay must be in (0, 1] or None, got {self.layerwise_decay}")
         if self.max_steps is not None and self.max_steps < 1:
@@ -62,8 +67,10 @@ class TrainConfig:
 class TrainResult:
     """What a run produced: per-step history, per-epoch metrics and timing; plots itself (chapter 0)."""
 
-    history: list[dict[str, float]] = field(default_factory=list)  # step, epoch, loss, lr
+    history: list[dict[str, float]] = field(default_factory=list)  # step, epoch, loss, lr (grad_norm, loss_scale)
     epochs: list[dict[str, float]] = field(default_factory=list)  # epoch, train_time_s, examples_per_s, metrics
+    precision: str = "fp32"
+    skipped_steps: int = 0  # optimizer steps the fp16 loss scaler skipped after an overflow
 
     @property
     def final_metrics(self) -> dict[str, float]:
@@ -154,19 +161,27 @@ def train(model: torch.nn.Module, train_loader: DataLoader, config: TrainConfig,
     total = min(total, config.max_steps) if config.max_steps else total
     optimizer, scheduler = make_optimizer_and_scheduler(model, config, total)
     params = [p for p in model.parameters() if p.requires_grad]
-    result, step = TrainResult(), 0
+    choice = choose_precision(config.precision, device.type, verbose=config.precision == "auto")
+    amp = MixedPrecision(choice)
+    result, step = TrainResult(precision=choice.precision), 0
     for epoch in range(1, config.epochs + 1):
         model.train()
         start, seen = time.perf_counter(), 0
         bar = progress_bar(windows(train_loader, config.accumulation_steps), f"epoch {epoch}/{config.epochs}",
                            enabled=config.progress, total=steps_per_epoch)
         for window in bar:
-            loss = backward_window(model, window, device, config.loss_weighting)
+            loss = backward_window(model, window, device, config.loss_weighting, scale=amp.scale,
+                                   autocast=amp.autocast)
             record = {"step": step + 1, "epoch": epoch, "loss": loss}
-            if config.max_grad_norm is not None:  # once per optimizer step, on the summed gradient
+            amp.unscale_(optimizer)  # no-op without a scaler; before clipping, once per optimizer step
+            if config.max_grad_norm is not None:  # on the summed, unscaled gradient
                 record["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm))
-            optimizer.step()
-            scheduler.step()
+            if config.guard_non_finite and not choice.use_scaler:
+                check_finite(step + 1, loss, model, optimizer)
+            if amp.step(optimizer):
+                scheduler.step()
+            if choice.use_scaler:
+                record["loss_scale"] = amp.scale_history[-1]
             optimizer.zero_grad(set_to_none=True)
             step += 1
             seen += sum(len(micro["labels"]) for micro in window)
@@ -182,4 +197,5 @@ def train(model: torch.nn.Module, train_loader: DataLoader, config: TrainConfig,
         result.epochs.append(record)
         if step >= total:
             break
+    result.skipped_steps = amp.skipped_steps
     return result
