@@ -83,20 +83,17 @@ class NonFiniteError(RuntimeError):
 
 def check_finite(step: int, loss: float, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
     """Stop with a diagnosis (step, loss, largest gradient, LR) instead of writing NaN into the weights."""
+    named = [(n, p.grad.detach()) for n, p in model.named_parameters() if p.grad is not None]
+    norms = torch._foreach_norm([g for _, g in named]) if named else []
+    if math.isfinite(loss) and all(bool(torch.isfinite(n)) for n in norms):
+        return  # the common case: one fused norm pass, no copies
+    bad = [name for (name, g), n in zip(named, norms) if not torch.isfinite(n)]
     worst_name, worst = None, 0.0
-    bad = []
-    for name, p in model.named_parameters():
-        if p.grad is None:
-            continue
-        g = p.grad.detach()
-        if not torch.isfinite(g).all():
-            bad.append(name)
+    for name, g in named:
         finite = g[torch.isfinite(g)]
         value = float(finite.abs().max()) if finite.numel() else 0.0
         if value >= worst:
             worst_name, worst = name, value
-    if math.isfinite(loss) and not bad:
-        return
     lr = optimizer.param_groups[0]["lr"]
     raise NonFiniteError(f"non-finite training state at optimizer step {step}: loss={loss}, "
                          f"{len(bad)} parameter(s) with inf/NaN gradients (first: {bad[:1]}), largest finite "
