@@ -148,7 +148,7 @@ def dataset_size(loader) -> int:
 
 def train(model: torch.nn.Module, train_loader: DataLoader, config: TrainConfig,
           eval_loader: DataLoader | None = None) -> TrainResult:
-    """Fine-tune; one optimizer step per window of `accumulation_steps` micro-batches (chapters 0 and 2)."""
+    """Fine-tune: windows of micro-batches (ch. 2), autocast + scaler (ch. 3), layer-wise LRs (ch. 4) (ch. 0)."""
     if len(train_loader) == 0:
         raise ValueError("the training loader yields no batches: the dataset is empty")
     micro_size = getattr(train_loader, "batch_size", None) or len(next(iter(train_loader))["labels"])
