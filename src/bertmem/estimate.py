@@ -8,7 +8,8 @@ from typing import Iterator
 
 import torch
 
-from .memory import PRECISIONS, MemoryReport, _check_sizes, measure_step_memory
+from .memory import MemoryReport, _check_sizes, measure_step_memory
+from .precision import PRECISIONS
 
 KNOWN_CONFIGS = {  # shapes only, so estimates need no download
     "bert-base-uncased": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072),

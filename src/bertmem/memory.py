@@ -10,7 +10,8 @@ from typing import Any, Callable, Iterator
 import torch
 from torch import nn
 
-PRECISIONS = ("fp32", "bf16", "fp16")
+from .precision import PRECISIONS, autocast_context
+
 GIB = 1024**3
 
 
@@ -92,16 +93,6 @@ def optimizer_state_bytes(optimizer: torch.optim.Optimizer | None) -> int:
         return 0
     tensors = [v for state in optimizer.state.values() for v in state.values() if isinstance(v, torch.Tensor)]
     return sum(storage_bytes(t) for t in _unique_tensors(tensors).values())
-
-
-def autocast_context(precision: str, device_type: str):
-    """torch.autocast for bf16/fp16, a null context for fp32 (chapters 1 and 3)."""
-    if precision not in PRECISIONS:
-        raise ValueError(f"unknown precision {precision!r}: use one of {PRECISIONS}")
-    if precision == "fp32":
-        return contextlib.nullcontext()
-    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
-    return torch.autocast(device_type=device_type, dtype=dtype)
 
 
 def _checkpointed_layer_inputs(model: nn.Module, tally: SavedTensorTally) -> list:

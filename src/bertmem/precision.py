@@ -8,7 +8,18 @@ from dataclasses import dataclass, field
 
 import torch
 
-REQUESTS = ("auto", "fp32", "bf16", "fp16")
+PRECISIONS = ("fp32", "bf16", "fp16")
+REQUESTS = ("auto",) + PRECISIONS
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def autocast_context(precision: str, device_type: str):
+    """torch.autocast for bf16/fp16, a null context for fp32 (chapters 1 and 3)."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"unknown precision {precision!r}: use one of {PRECISIONS}")
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device_type, dtype=DTYPES[precision])
 
 
 @dataclass(frozen=True)
@@ -20,8 +31,8 @@ class PrecisionChoice:
     reason: str
 
     def __post_init__(self) -> None:
-        if self.precision not in ("fp32", "bf16", "fp16"):
-            raise ValueError(f"precision must be 'fp32', 'bf16' or 'fp16', got {self.precision!r}")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
         if self.device_type not in ("cpu", "cuda"):
             raise ValueError(f"device_type must be 'cpu' or 'cuda', got {self.device_type!r}")
 
@@ -33,7 +44,7 @@ class PrecisionChoice:
     @property
     def dtype(self) -> torch.dtype:
         """The autocast dtype (fp32 means autocast off)."""
-        return {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[self.precision]
+        return DTYPES[self.precision]
 
 
 def cpu_supports_bf16() -> bool:
@@ -117,9 +128,7 @@ class MixedPrecision:
 
     def autocast(self):
         """The forward-pass context: torch.autocast for bf16/fp16, nothing for fp32."""
-        if self.choice.precision == "fp32":
-            return contextlib.nullcontext()
-        return torch.autocast(self.choice.device_type, dtype=self.choice.dtype)
+        return autocast_context(self.choice.precision, self.choice.device_type)
 
     def scale(self, loss: torch.Tensor) -> torch.Tensor:
         """Multiply a (weighted micro-batch) loss by the current loss scale before backward."""
