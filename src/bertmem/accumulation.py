@@ -136,3 +136,44 @@ def backward_window(model: torch.nn.Module, window: list, device: torch.device |
             (scale(loss) if scale is not None else loss).backward()
         total += loss.item()
     return total
+
+
+def split_evenly(micro: dict[str, torch.Tensor], parts: int) -> list[dict[str, torch.Tensor]]:
+    """Cut a micro-batch into `parts` near-equal pieces (fewer when it has fewer examples) (chapter 5)."""
+    n = len(micro["labels"])
+    parts = max(1, min(parts, n))
+    base, extra = divmod(n, parts)
+    return split_batch(micro, [base + (1 if i < extra else 0) for i in range(parts)])
+
+
+def is_out_of_memory(err: BaseException) -> bool:
+    """True for a CUDA (or other accelerator) out-of-memory error."""
+    return isinstance(err, torch.OutOfMemoryError) or "out of memory" in str(err).lower()
+
+
+def backward_with_backoff(model: torch.nn.Module, window: list, device: torch.device | str, weighting: str,
+                          splits: int, backoff: bool, scale=None, autocast=None) -> tuple[float, int]:
+    """`backward_window`, cutting each micro-batch into 2×, 4×, … pieces after an out-of-memory error.
+
+    Halving the micro-batch and doubling the accumulation keeps the effective batch (and, with the loss
+    weights of chapter 2, the gradient). Returns the window's loss and the number of pieces now in use.
+    """
+    while True:
+        pieces = window if splits == 1 else [p for micro in window for p in split_evenly(micro, splits)]
+        try:
+            return backward_window(model, pieces, device, weighting, scale=scale, autocast=autocast), splits
+        except (torch.OutOfMemoryError, RuntimeError) as err:
+            if not (backoff and is_out_of_memory(err)):
+                raise
+            smallest = min(len(micro["labels"]) for micro in window)
+            if splits >= smallest:
+                raise RuntimeError(f"out of memory even with micro-batches of one example ({err}); shorten "
+                                   "max_length, enable gradient checkpointing or use a smaller model") from err
+            model.zero_grad(set_to_none=True)  # drop the partial window; it is recomputed in smaller pieces
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+            largest = max(len(micro["labels"]) for micro in window)
+            splits *= 2
+            warnings.warn(f"out of memory with micro-batches of {-(-largest * 2 // splits)} examples: retrying "
+                          f"with {-(-largest // splits)} per micro-batch and {splits}× the accumulation steps "
+                          f"(effective batch unchanged: {sum(len(m['labels']) for m in window)})", stacklevel=2)

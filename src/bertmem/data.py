@@ -196,15 +196,26 @@ def tokenize_frame(frame: pd.DataFrame, tokenizer, max_length: int) -> EncodedDa
 
 
 def make_loader(dataset: EncodedDataset, tokenizer, batch_size: int, shuffle: bool = False,
-                seed: int = 0) -> DataLoader:
-    """A DataLoader with dynamic padding (`DataCollatorWithPadding`) and a seeded shuffle (chapter 0)."""
+                seed: int = 0, group_by_length: bool = False, pad_to_max_length: int | None = None) -> DataLoader:
+    """A DataLoader with dynamic padding and a seeded shuffle (chapter 0); length-grouped batches (chapter 5).
+
+    pad_to_max_length=N pads every batch to N tokens instead (the naive baseline of chapter 5).
+    """
     from transformers import DataCollatorWithPadding
 
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    if pad_to_max_length is None:
+        collator = DataCollatorWithPadding(tokenizer)
+    else:
+        collator = DataCollatorWithPadding(tokenizer, padding="max_length", max_length=pad_to_max_length)
+    if group_by_length:
+        from .batching import LengthGroupedBatchSampler
+
+        sampler = LengthGroupedBatchSampler(dataset.lengths(), batch_size, shuffle=shuffle, seed=seed)
+        return DataLoader(dataset, batch_sampler=sampler, collate_fn=collator)
     generator = torch.Generator().manual_seed(seed) if shuffle else None
-    return DataLoader(dataset, batch_size=batch_size, shuffle=shuffle, generator=generator,
-                      collate_fn=DataCollatorWithPadding(tokenizer))
+    return DataLoader(dataset, batch_size=batch_size, shuffle=shuffle, generator=generator, collate_fn=collator)
 
 
 def token_length_stats(texts: Sequence[str], tokenizer, max_length: int = 512) -> dict[str, float]:

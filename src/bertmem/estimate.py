@@ -8,6 +8,7 @@ from typing import Iterator
 
 import torch
 
+from .models import enable_gradient_checkpointing
 from .memory import MemoryReport, _check_sizes, measure_step_memory
 from .precision import PRECISIONS
 
@@ -109,7 +110,7 @@ def estimate_step_memory(config_or_model_id, batch_size: int, seq_len: int, prec
         model.to_empty(device="cpu")
         model.train()
         if gradient_checkpointing:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            enable_gradient_checkpointing(model)
         ids = torch.zeros(batch_size, seq_len, dtype=torch.long)
         batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "token_type_ids": torch.zeros_like(ids),
                  "labels": torch.zeros(batch_size, dtype=torch.long)}

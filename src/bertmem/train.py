@@ -1,9 +1,11 @@
-"""The fine-tuning loop: AdamW, warmup + decay, gradient accumulation, clipping, evaluation (chapters 0, 2, 4)."""
+"""The fine-tuning loop: AdamW, warmup + decay, accumulation, precision, LLRD, checkpoints (chapters 0, 2–5)."""
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
@@ -11,7 +13,9 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
-from .accumulation import WEIGHTINGS, backward_window, check_dataset_fits, windows
+from .accumulation import WEIGHTINGS, backward_with_backoff, check_dataset_fits, windows
+from .models import enable_gradient_checkpointing
+from .checkpoint import capture_rng, load_checkpoint, restore_rng, save_checkpoint
 from .precision import REQUESTS, MixedPrecision, check_finite, choose_precision
 from .profile import progress as progress_bar
 from .profile import seed_everything
@@ -32,9 +36,15 @@ class TrainConfig:
     layerwise_decay: float | None = None  # chapter 4: None = one AdamW group; 1.0 = groups without decay
     accumulation_steps: int = 1  # chapter 2: micro-batches per optimizer step
     loss_weighting: str = "examples"  # chapter 2: "examples" or "tokens" (token-level losses)
-    max_grad_norm: float | None = None  # clip once per optimizer step (after unscaling); None = no clipping
+    max_grad_norm: float | None = 1.0  # clip once per optimizer step (after unscaling); None = no clipping
     precision: str = "fp32"  # chapter 3: "auto", "fp32", "bf16" or "fp16" (+ GradScaler)
     guard_non_finite: bool = True  # chapter 3: stop with a diagnosis on NaN/inf the scaler does not handle
+    gradient_checkpointing: bool = False  # chapter 5: recompute each layer in backward instead of saving it
+    fused_optimizer: bool | None = None  # chapter 5: fused AdamW kernel; None = where the device supports it
+    checkpoint_dir: str | None = None  # chapter 5: folder for checkpoint.pt (saved on Ctrl-C and each epoch)
+    checkpoint_every: int | None = None  # chapter 5: also save every N optimizer steps
+    resume: bool = False  # chapter 5: continue from checkpoint_dir/checkpoint.pt
+    oom_backoff: bool = False  # chapter 5: on out-of-memory halve the micro-batch, double the accumulation
 
     def __post_init__(self) -> None:
         if not isinstance(self.epochs, int) or self.epochs < 1:
@@ -57,6 +67,10 @@ class TrainConfig:
             raise ValueError(f"layerwise_decay must be in (0, 1] or None, got {self.layerwise_decay}")
         if self.max_steps is not None and self.max_steps < 1:
             raise ValueError(f"max_steps must be >= 1 or None, got {self.max_steps}")
+        if self.checkpoint_every is not None and (not isinstance(self.checkpoint_every, int) or self.checkpoint_every < 1):
+            raise ValueError(f"checkpoint_every must be an int >= 1 or None, got {self.checkpoint_every!r}")
+        if (self.checkpoint_every is not None or self.resume) and not self.checkpoint_dir:
+            raise ValueError("checkpoint_every and resume need checkpoint_dir: the folder that holds checkpoint.pt")
         try:
             torch.device(self.device)
         except RuntimeError as err:
@@ -71,6 +85,7 @@ class TrainResult:
     epochs: list[dict[str, float]] = field(default_factory=list)  # epoch, train_time_s, examples_per_s, metrics
     precision: str = "fp32"
     skipped_steps: int = 0  # optimizer steps the fp16 loss scaler skipped after an overflow
+    backoffs: list[dict[str, int]] = field(default_factory=list)  # out-of-memory back-offs (chapter 5)
 
     @property
     def final_metrics(self) -> dict[str, float]:
@@ -135,9 +150,21 @@ def make_optimizer_and_scheduler(model: torch.nn.Module, config: TrainConfig, to
         params = [p for p in model.parameters() if p.requires_grad]
     else:
         params = layerwise_param_groups(model, config.learning_rate, config.layerwise_decay, config.weight_decay)
-    optimizer = torch.optim.AdamW(params, lr=config.learning_rate, weight_decay=config.weight_decay)
+    optimizer = torch.optim.AdamW(params, lr=config.learning_rate, weight_decay=config.weight_decay,
+                                  fused=use_fused_adamw(config, model))
     warmup = math.ceil(config.warmup_ratio * total_steps)
     return optimizer, get_linear_schedule_with_warmup(optimizer, warmup, total_steps)
+
+
+def use_fused_adamw(config: TrainConfig, model: torch.nn.Module) -> bool:
+    """Whether AdamW runs its fused kernel: asked for, or (None) whenever the device and dtypes allow (chapter 5)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    supported = (params[0].device.type in ("cuda", "cpu", "xpu", "mps")
+                 and all(p.dtype in (torch.float32, torch.float16, torch.bfloat16) for p in params))
+    if config.fused_optimizer and not supported:
+        raise ValueError(f"fused AdamW is not available for {params[0].device.type} parameters of these dtypes: "
+                         "set fused_optimizer=None or False")
+    return supported if config.fused_optimizer is None else bool(config.fused_optimizer)
 
 
 def dataset_size(loader) -> int:
@@ -146,9 +173,17 @@ def dataset_size(loader) -> int:
     return len(dataset) if dataset is not None else sum(len(b["labels"]) for b in loader)
 
 
+def epoch_batches(loader, epoch: int, skip: int = 0):
+    """The loader's batches for `epoch`, without the first `skip` (already trained on) (chapter 5)."""
+    sampler = getattr(loader, "batch_sampler", None)
+    if hasattr(sampler, "set_epoch"):
+        sampler.set_epoch(epoch)
+    return itertools.islice(iter(loader), skip, None)
+
+
 def train(model: torch.nn.Module, train_loader: DataLoader, config: TrainConfig,
           eval_loader: DataLoader | None = None) -> TrainResult:
-    """Fine-tune: windows of micro-batches (ch. 2), autocast + scaler (ch. 3), layer-wise LRs (ch. 4) (ch. 0)."""
+    """Fine-tune: windows of micro-batches (ch. 2), autocast + scaler (ch. 3), layer-wise LRs (ch. 4), checkpoints (ch. 5)."""
     if len(train_loader) == 0:
         raise ValueError("the training loader yields no batches: the dataset is empty")
     micro_size = getattr(train_loader, "batch_size", None) or len(next(iter(train_loader))["labels"])
@@ -156,6 +191,8 @@ def train(model: torch.nn.Module, train_loader: DataLoader, config: TrainConfig,
     seed_everything(config.seed)
     device = torch.device(config.device)
     model.to(device)
+    if config.gradient_checkpointing:
+        enable_gradient_checkpointing(model)
     steps_per_epoch = math.ceil(len(train_loader) / config.accumulation_steps)
     total = config.epochs * steps_per_epoch
     total = min(total, config.max_steps) if config.max_steps else total
@@ -163,39 +200,87 @@ def train(model: torch.nn.Module, train_loader: DataLoader, config: TrainConfig,
     params = [p for p in model.parameters() if p.requires_grad]
     choice = choose_precision(config.precision, device.type, verbose=config.precision == "auto")
     amp = MixedPrecision(choice)
-    result, step = TrainResult(precision=choice.precision), 0
-    for epoch in range(1, config.epochs + 1):
+    result = TrainResult(precision=choice.precision)
+    generator = getattr(train_loader, "generator", None)  # a shuffled DataLoader's order comes from it
+    pos = {"epoch": 1, "micro_batches": 0, "step": 0, "seen": 0, "splits": 1, "skipped": 0,
+           "generator": generator.get_state() if generator is not None else None}
+    rng = None
+    if config.resume:
+        ckpt = load_checkpoint(config.checkpoint_dir)
+        model.load_state_dict(ckpt["model"])
+        optimizer.load_state_dict(ckpt["optimizer"])
+        scheduler.load_state_dict(ckpt["scheduler"])
+        if ckpt["scaler"] is not None:
+            amp.scaler.load_state_dict(ckpt["scaler"])
+        pos, rng, result.history, result.epochs = ckpt["position"], ckpt["rng"], ckpt["history"], ckpt["epochs"]
+        amp.skipped_steps = pos["skipped"]
+
+    def checkpoint(position: dict, rng_state: dict) -> None:
+        save_checkpoint(config.checkpoint_dir, model=model, optimizer=optimizer, scheduler=scheduler,
+                        scaler=amp.scaler if choice.use_scaler else None, rng=rng_state,
+                        position=dict(position, skipped=amp.skipped_steps), history=result.history,
+                        epochs=result.epochs)
+
+    step, splits = pos["step"], pos["splits"]
+    for epoch in range(pos["epoch"], config.epochs + 1):
+        if step >= total:
+            break
         model.train()
-        start, seen = time.perf_counter(), 0
-        bar = progress_bar(windows(train_loader, config.accumulation_steps), f"epoch {epoch}/{config.epochs}",
-                           enabled=config.progress, total=steps_per_epoch)
-        for window in bar:
-            loss = backward_window(model, window, device, config.loss_weighting, scale=amp.scale,
-                                   autocast=amp.autocast)
-            record = {"step": step + 1, "epoch": epoch, "loss": loss}
-            amp.unscale_(optimizer)  # no-op without a scaler; before clipping, once per optimizer step
-            if config.max_grad_norm is not None:  # on the summed, unscaled gradient
-                record["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm))
-            if config.guard_non_finite and not choice.use_scaler:
-                check_finite(step + 1, loss, model, optimizer)
-            if amp.step(optimizer):
-                scheduler.step()
-            if choice.use_scaler:
-                record["loss_scale"] = amp.scale_history[-1]
-            optimizer.zero_grad(set_to_none=True)
-            step += 1
-            seen += sum(len(micro["labels"]) for micro in window)
-            record["lr"] = scheduler.get_last_lr()[0]
-            result.history.append(record)
-            bar.set_postfix(loss=f"{loss:.3f}")
-            if step >= total:
-                break
+        if generator is not None and pos["generator"] is not None:
+            generator.set_state(pos["generator"])  # the order this epoch had when it first ran
+        start, done, seen = time.perf_counter(), pos["micro_batches"], pos["seen"]
+        batches = epoch_batches(train_loader, epoch, skip=done)
+        if rng is not None:
+            restore_rng(rng)  # after the loader drew its seeds: the run continues exactly
+            rng = None
+        boundary = dict(pos, epoch=epoch, micro_batches=done, step=step, seen=seen, splits=splits)
+        boundary_rng = capture_rng() if config.checkpoint_dir else None
+        bar = progress_bar(windows(batches, config.accumulation_steps), f"epoch {epoch}/{config.epochs}",
+                           enabled=config.progress, total=steps_per_epoch, initial=done // config.accumulation_steps)
+        try:
+            for window in bar:
+                loss, new_splits = backward_with_backoff(model, window, device, config.loss_weighting, splits,
+                                                         config.oom_backoff, scale=amp.scale, autocast=amp.autocast)
+                if new_splits != splits:
+                    result.backoffs.append({"step": step + 1, "splits": new_splits})
+                    splits = new_splits
+                record = {"step": step + 1, "epoch": epoch, "loss": loss}
+                amp.unscale_(optimizer)  # no-op without a scaler; before clipping, once per optimizer step
+                if config.max_grad_norm is not None:  # on the summed, unscaled gradient
+                    record["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm))
+                if config.guard_non_finite and not choice.use_scaler:
+                    check_finite(step + 1, loss, model, optimizer)
+                if amp.step(optimizer):
+                    scheduler.step()
+                if choice.use_scaler:
+                    record["loss_scale"] = amp.scale_history[-1]
+                optimizer.zero_grad(set_to_none=True)
+                step, done = step + 1, done + len(window)
+                seen += sum(len(micro["labels"]) for micro in window)
+                record["lr"] = scheduler.get_last_lr()[0]
+                result.history.append(record)
+                bar.set_postfix(loss=f"{loss:.3f}")
+                if config.checkpoint_dir:
+                    boundary = dict(boundary, micro_batches=done, step=step, seen=seen, splits=splits)
+                    boundary_rng = capture_rng()
+                    if config.checkpoint_every and step % config.checkpoint_every == 0:
+                        checkpoint(boundary, boundary_rng)
+                if step >= total:
+                    break
+        except KeyboardInterrupt:
+            if config.checkpoint_dir:
+                checkpoint(boundary, boundary_rng)
+                warnings.warn(f"interrupted: saved a checkpoint at optimizer step {boundary['step']} in "
+                              f"{config.checkpoint_dir}; run again with resume=True to continue", stacklevel=2)
+            raise
         elapsed = time.perf_counter() - start
         record = {"epoch": epoch, "train_time_s": elapsed, "examples": seen, "examples_per_s": seen / elapsed}
         if eval_loader is not None:
             record.update(evaluate(model, eval_loader, config.device, show_progress=config.progress))
         result.epochs.append(record)
-        if step >= total:
-            break
+        pos = {"epoch": epoch + 1, "micro_batches": 0, "step": step, "seen": 0, "splits": splits,
+               "generator": generator.get_state() if generator is not None else None}
+        if config.checkpoint_dir:
+            checkpoint(pos, capture_rng())
     result.skipped_steps = amp.skipped_steps
     return result

@@ -1,0 +1,164 @@
+"""Chapter 5's loop: length-grouped batches, checkpoint/resume, out-of-memory back-off, fused AdamW."""
+
+import random
+
+import pytest
+import torch
+
+from bertmem.batching import LengthGroupedBatchSampler, padding_share
+from bertmem.checkpoint import CHECKPOINT_NAME, atomic_save, load_checkpoint
+from bertmem.data import EncodedDataset, make_loader
+from bertmem.models import classifier_from_config, load_tokenizer, tiny_bert_config
+from bertmem.profile import MINILM_ID
+from bertmem.train import TrainConfig, make_optimizer_and_scheduler, train
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return load_tokenizer(MINILM_ID)
+
+
+@pytest.fixture(scope="module")
+def varied_dataset():
+    """48 examples of 4..40 tokens, label written into token 1 (learnable)."""
+    rng = random.Random(0)
+    ids, labels = [], []
+    for i in range(48):
+        label = i % 2
+        body = [rng.randrange(200, 990) for _ in range(rng.randrange(2, 38))]
+        ids.append([101, 7 + label] + body + [102])
+        labels.append(label)
+    return EncodedDataset({"input_ids": ids, "attention_mask": [[1] * len(x) for x in ids]}, labels)
+
+
+def fresh_model():
+    torch.manual_seed(0)
+    return classifier_from_config(tiny_bert_config(hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1))
+
+
+def test_length_grouped_sampler_covers_every_example_once_per_epoch(varied_dataset):
+    lengths = varied_dataset.lengths()
+    sampler = LengthGroupedBatchSampler(lengths, batch_size=5, seed=3, group_size=4)
+    first = sampler.batches()
+    assert sorted(i for b in first for i in b) == list(range(48)) and len(first) == len(sampler) == 10
+    assert first == sampler.batches()  # same (seed, epoch): same order
+    sampler.set_epoch(1)
+    assert sampler.batches() != first
+    grouped = padding_share(lengths, first)
+    plain = padding_share(lengths, [list(range(i, min(i + 5, 48))) for i in range(0, 48, 5)])
+    assert grouped < 0.6 * plain
+    assert padding_share(lengths, first, pad_to=64) > plain
+
+
+def test_length_grouped_sampler_rejects_bad_arguments():
+    with pytest.raises(ValueError, match="batch_size"):
+        LengthGroupedBatchSampler([3, 4], batch_size=0)
+    with pytest.raises(ValueError, match="empty"):
+        LengthGroupedBatchSampler([], batch_size=2)
+
+
+def test_make_loader_groups_lengths_or_pads_to_max(varied_dataset, tokenizer):
+    grouped = make_loader(varied_dataset, tokenizer, 8, shuffle=True, group_by_length=True)
+    widths = [b["input_ids"].shape[1] for b in grouped]
+    assert sum(len(b["labels"]) for b in grouped) == 48 and max(widths) > min(widths)
+    padded = make_loader(varied_dataset, tokenizer, 8, pad_to_max_length=64)
+    assert {b["input_ids"].shape[1] for b in padded} == {64}
+
+
+@pytest.mark.parametrize("group_by_length", [False, True])
+def test_resume_after_interrupt_gives_identical_weights(tmp_path, varied_dataset, tokenizer, group_by_length):
+    def loader():
+        return make_loader(varied_dataset, tokenizer, 4, shuffle=True, seed=1, group_by_length=group_by_length)
+
+    config = dict(epochs=2, learning_rate=1e-3, accumulation_steps=2, progress=False, seed=5)
+    reference = fresh_model()
+    expected = train(reference, loader(), TrainConfig(**config))
+
+    folder = str(tmp_path / "run")
+    model = fresh_model()
+    calls = {"n": 0}
+    original = model.forward
+
+    def interrupting_forward(*args, **kwargs):  # Ctrl-C in the middle of a window of epoch 2
+        calls["n"] += 1
+        if calls["n"] == 12 + 7:
+            raise KeyboardInterrupt
+        return original(*args, **kwargs)
+
+    model.forward = interrupting_forward
+    with pytest.raises(KeyboardInterrupt), pytest.warns(UserWarning, match="interrupted"):
+        train(model, loader(), TrainConfig(**config, checkpoint_dir=folder, checkpoint_every=4))
+    saved = load_checkpoint(folder)
+    assert saved["position"] == {**saved["position"], "epoch": 2, "micro_batches": 6, "step": 9}
+
+    resumed_model = fresh_model()
+    resumed = train(resumed_model, loader(), TrainConfig(**config, checkpoint_dir=folder, resume=True))
+    assert resumed.losses == expected.losses
+    for (name, a), b in zip(reference.state_dict().items(), resumed_model.state_dict().values()):
+        assert torch.equal(a, b), name
+
+
+def test_resume_needs_a_checkpoint(tmp_path, tiny_batches):
+    with pytest.raises(FileNotFoundError, match="no checkpoint"):
+        train(fresh_model(), tiny_batches, TrainConfig(checkpoint_dir=str(tmp_path), resume=True, progress=False))
+    with pytest.raises(ValueError, match="checkpoint_dir"):
+        TrainConfig(resume=True)
+    with pytest.raises(ValueError, match="checkpoint_every"):
+        TrainConfig(checkpoint_dir="x", checkpoint_every=0)
+
+
+def test_atomic_save_keeps_the_old_file_when_writing_fails(tmp_path):
+    path = tmp_path / CHECKPOINT_NAME
+    atomic_save({"v": 1}, path)
+
+    class Unpicklable:
+        def __reduce__(self):
+            raise RuntimeError("cannot pickle")
+
+    with pytest.raises(RuntimeError, match="cannot pickle"):
+        atomic_save({"v": Unpicklable()}, path)
+    assert torch.load(path)["v"] == 1
+    assert [p.name for p in tmp_path.iterdir()] == [CHECKPOINT_NAME]
+
+
+def oom_above(model, limit):
+    original = model.forward
+
+    def forward(*args, **kwargs):
+        if kwargs["input_ids"].shape[0] > limit:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return original(*args, **kwargs)
+
+    model.forward = forward
+    return model
+
+
+def test_oom_backoff_halves_micro_batch_and_keeps_the_gradient(tiny_batches):
+    config = dict(epochs=1, learning_rate=1e-3, progress=False, max_grad_norm=None)
+    with pytest.raises(torch.OutOfMemoryError):
+        train(oom_above(fresh_model(), 2), tiny_batches, TrainConfig(**config))
+    with pytest.warns(UserWarning, match="effective batch unchanged: 8"):
+        backed = train(oom_above(fresh_model(), 2), tiny_batches, TrainConfig(**config, oom_backoff=True))
+    assert backed.backoffs == [{"step": 1, "splits": 4}]  # 8 -> 4 -> 2 examples per micro-batch
+    halves = [{k: v[i:i + 2] for k, v in b.items()} for b in tiny_batches for i in range(0, 8, 2)]
+    reference = train(fresh_model(), halves, TrainConfig(**config, accumulation_steps=4))
+    assert backed.losses == pytest.approx(reference.losses, rel=1e-4)
+
+
+def test_oom_backoff_gives_up_at_one_example(tiny_batches):
+    with pytest.raises(RuntimeError, match="one example"):
+        train(oom_above(fresh_model(), 0), tiny_batches, TrainConfig(oom_backoff=True, progress=False))
+
+
+def test_fused_adamw_where_supported_and_gradient_checkpointing(tiny_batches):
+    model = fresh_model()
+    optimizer, _ = make_optimizer_and_scheduler(model, TrainConfig(), 10)
+    assert optimizer.defaults["fused"] is True
+    optimizer, _ = make_optimizer_and_scheduler(model, TrainConfig(fused_optimizer=False), 10)
+    assert not optimizer.defaults["fused"]
+    plain = train(fresh_model(), tiny_batches, TrainConfig(progress=False, learning_rate=1e-3))
+    checkpointed_model = fresh_model()
+    checkpointed = train(checkpointed_model, tiny_batches,
+                         TrainConfig(progress=False, learning_rate=1e-3, gradient_checkpointing=True))
+    assert checkpointed_model.is_activation_checkpointing
+    assert checkpointed.losses == pytest.approx(plain.losses, rel=1e-5)
