@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 TORCH_SPEC ?= torch==2.13.0
 HAS_GPU := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && echo yes)
 
-.PHONY: install test unit notebooks book site-check bench-estimator clean
+.PHONY: install test unit notebooks book site-check bench bench-estimator clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -46,3 +46,8 @@ clean:
 # Benchmarks print tables; numbers quoted in issues and notes come from here.
 bench-estimator: install
 	$(PY) benchmarks/estimator.py
+
+# Chapter 5's table: the seed's four rows + checkpointing on this machine's profile (CPU: ~15 min on 2 cores),
+# plus the estimated bert-base table; writes results/bench/bench.{json,md}. BENCH_ARGS="--train-size 400" etc.
+bench: install
+	$(PY) -m bertmem bench --output-dir results/bench $(BENCH_ARGS)

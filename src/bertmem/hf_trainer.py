@@ -1,7 +1,8 @@
-"""Hugging Face Trainer helpers: the accumulation check and its workaround (chapters 2 and 4)."""
+"""Hugging Face Trainer: the accumulation check and its workaround, the recipe through Trainer (chapters 2, 4, 5)."""
 
 from __future__ import annotations
 
+import math
 import tempfile
 from typing import Callable
 
@@ -35,3 +36,57 @@ def trainer_first_step(model_fn: Callable[[], torch.nn.Module], batch: dict[str,
     trainer.train()
     log = next(h for h in trainer.state.log_history if "grad_norm" in h)
     return {"loss": float(log["loss"]), "grad_norm": float(log["grad_norm"])}
+
+
+def checkpointing_arguments(enabled: bool) -> dict:
+    """TrainingArguments for activation checkpointing under its transformers-5 name (or the old one)."""
+    from dataclasses import fields
+
+    from transformers import TrainingArguments
+
+    name = "activation_checkpointing" if "activation_checkpointing" in {f.name for f in fields(TrainingArguments)} \
+        else "gradient_checkpointing"
+    return {name: enabled, f"{name}_kwargs": {"use_reentrant": False}}
+
+
+def train_with_trainer(model: torch.nn.Module, train_loader, config, output_dir: str | None = None):
+    """The recipe through `transformers.Trainer`: our loader, our (layer-wise) AdamW + schedule, the fix (chapter 5).
+
+    Returns a `TrainResult` built from the Trainer's log so the three ways of running compare directly.
+    The accumulation fix of chapter 2 (`model_accepts_loss_kwargs = False`) is applied.
+    """
+    from transformers import Trainer, TrainingArguments
+
+    from .precision import choose_precision
+    from .train import TrainResult, make_optimizer_and_scheduler
+
+    if config.resume or config.checkpoint_dir or config.oom_backoff:
+        raise ValueError("checkpoint_dir/resume/oom_backoff belong to bertmem.train.train; the Trainer has its own "
+                         "save_strategy and resume_from_checkpoint")
+    device_type = "cuda" if config.device.startswith("cuda") else "cpu"
+    choice = choose_precision(config.precision, device_type, verbose=False)
+    steps_per_epoch = math.ceil(len(train_loader) / config.accumulation_steps)
+    total = min(config.epochs * steps_per_epoch, config.max_steps or 10**12)
+    args = TrainingArguments(output_dir=output_dir or tempfile.mkdtemp(), per_device_train_batch_size=train_loader.batch_size or 1,
+                             gradient_accumulation_steps=config.accumulation_steps, max_steps=total,
+                             logging_steps=1, report_to="none", use_cpu=device_type == "cpu", disable_tqdm=not config.progress,
+                             save_strategy="no", seed=config.seed, bf16=choice.precision == "bf16",
+                             fp16=choice.precision == "fp16", **checkpointing_arguments(config.gradient_checkpointing),
+                             max_grad_norm=config.max_grad_norm or 0.0,
+                             accelerator_config={"use_seedable_sampler": False})  # keep our loader's order
+    optimizer, scheduler = make_optimizer_and_scheduler(model, config, total)
+
+    class LoaderTrainer(Trainer):  # train on exactly our batches, in our order
+        def get_train_dataloader(self):
+            return train_loader
+
+    trainer = LoaderTrainer(model=model, args=args, optimizers=(optimizer, scheduler))
+    trainer.model_accepts_loss_kwargs = False  # chapter 2: mean over the effective batch
+    trainer.train()
+    result = TrainResult(precision=choice.precision)
+    for log in trainer.state.log_history:
+        if "loss" in log:
+            result.history.append({"step": len(result.history) + 1, "epoch": math.ceil(log["epoch"]),
+                                   "loss": float(log["loss"]), "lr": float(log["learning_rate"]),
+                                   "grad_norm": float(log.get("grad_norm", float("nan")))})
+    return result

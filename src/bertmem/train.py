@@ -86,6 +86,9 @@ class TrainResult:
     precision: str = "fp32"
     skipped_steps: int = 0  # optimizer steps the fp16 loss scaler skipped after an overflow
     backoffs: list[dict[str, int]] = field(default_factory=list)  # out-of-memory back-offs (chapter 5)
+    num_processes: int = 1  # data-parallel processes (Accelerate, chapter 7)
+    rank: int = 0  # this process's index among them
+    rank_bytes: dict[str, int] | None = None  # this process's parameter/optimizer bytes (Accelerate, chapter 7)
 
     @property
     def final_metrics(self) -> dict[str, float]:

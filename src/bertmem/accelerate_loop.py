@@ -1,0 +1,102 @@
+"""The same recipe through Hugging Face Accelerate: one GPU, many GPUs (DDP/FSDP), DeepSpeed (chapters 5 and 7)."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import torch
+
+from .memory import optimizer_state_bytes
+from .precision import choose_precision
+from .profile import progress as progress_bar
+from .train import TrainConfig, TrainResult, evaluate, make_optimizer_and_scheduler
+
+ACCELERATE_PRECISION = {"fp32": "no", "bf16": "bf16", "fp16": "fp16"}
+
+
+def accelerator_for(config: TrainConfig, **kwargs):
+    """An `Accelerator` with the config's accumulation and precision; kwargs pass through (chapter 5)."""
+    from accelerate import Accelerator
+    from accelerate.state import AcceleratorState, GradientState
+
+    AcceleratorState._reset_state()  # a second run in one process may change precision (the process group stays)
+    GradientState._reset_state()
+    device_type = "cuda" if torch.cuda.is_available() and not config.device.startswith("cpu") else "cpu"
+    choice = choose_precision(config.precision, device_type, verbose=False)
+    return Accelerator(gradient_accumulation_steps=config.accumulation_steps,
+                       mixed_precision=ACCELERATE_PRECISION[choice.precision], cpu=device_type == "cpu", **kwargs)
+
+
+def rank_bytes(model: torch.nn.Module, optimizer) -> dict[str, int]:
+    """Parameter, gradient and optimizer-state bytes this process holds (its shard under FSDP) (chapter 7)."""
+    local = [getattr(p, "_local_tensor", p) for p in model.parameters()]  # DTensor shards under FSDP2
+    return {"parameter_bytes": sum(t.numel() * t.element_size() for t in local),
+            "optimizer_bytes": optimizer_state_bytes(getattr(optimizer, "optimizer", optimizer))}
+
+
+def train_with_accelerate(model: torch.nn.Module, train_loader, config: TrainConfig, eval_loader=None,
+                          accelerator=None) -> TrainResult:
+    """`train` written the Accelerate way: `prepare`, `accumulate`, `backward`, `clip_grad_norm_` (chapter 5).
+
+    The scheduler is stepped by hand once per optimizer step, so its length is the same for one or many
+    processes. Accelerate divides each micro-batch loss by the accumulation steps (a mean of means): exact
+    when the micro-batches of a window are equally large, unlike `train`'s example weighting (chapter 2).
+    """
+    from accelerate.utils import set_seed
+
+    if config.resume or config.checkpoint_dir or config.oom_backoff:
+        raise ValueError("checkpoint/resume and oom_backoff are features of bertmem.train.train; with Accelerate "
+                         "use accelerator.save_state/load_state and choose the micro-batch yourself")
+    accelerator = accelerator or accelerator_for(config)
+    set_seed(config.seed)
+    if config.gradient_checkpointing:
+        from .models import enable_gradient_checkpointing
+
+        enable_gradient_checkpointing(model)
+    steps_per_epoch = math.ceil(math.ceil(len(train_loader) / accelerator.num_processes) / config.accumulation_steps)
+    total = config.epochs * steps_per_epoch
+    total = min(total, config.max_steps) if config.max_steps else total
+    optimizer, scheduler = make_optimizer_and_scheduler(model, config, total)
+    model, optimizer, loader = accelerator.prepare(model, optimizer, train_loader)
+    result = TrainResult(precision=accelerator.mixed_precision)
+    step, window_loss = 0, torch.zeros((), device=accelerator.device)
+    for epoch in range(1, config.epochs + 1):
+        model.train()
+        if hasattr(loader, "set_epoch"):
+            loader.set_epoch(epoch)
+        start, seen = time.perf_counter(), 0
+        bar = progress_bar(loader, f"epoch {epoch}/{config.epochs}",
+                           enabled=config.progress and accelerator.is_main_process)
+        for batch in bar:
+            with accelerator.accumulate(model):
+                loss = model(**batch).loss
+                window_loss += loss.detach().float() / config.accumulation_steps
+                accelerator.backward(loss)
+                record = {"step": step + 1, "epoch": epoch}
+                if accelerator.sync_gradients and config.max_grad_norm is not None:
+                    record["grad_norm"] = float(accelerator.clip_grad_norm_(model.parameters(), config.max_grad_norm))
+                optimizer.step()
+                if accelerator.sync_gradients and not accelerator.optimizer_step_was_skipped:
+                    scheduler.step()
+                optimizer.zero_grad(set_to_none=True)
+            seen += len(batch["labels"]) * accelerator.num_processes
+            if not accelerator.sync_gradients:
+                continue
+            step += 1
+            record["loss"] = float(accelerator.reduce(window_loss, reduction="mean"))
+            record["lr"] = scheduler.get_last_lr()[0]
+            result.history.append(record)
+            window_loss.zero_()
+            if step >= total:
+                break
+        elapsed = time.perf_counter() - start
+        record = {"epoch": epoch, "train_time_s": elapsed, "examples": seen, "examples_per_s": seen / elapsed}
+        if eval_loader is not None:
+            record.update(evaluate(model, eval_loader, accelerator.device, show_progress=False))
+        result.epochs.append(record)
+        if step >= total:
+            break
+    result.rank_bytes = rank_bytes(model, optimizer)
+    result.num_processes, result.rank = accelerator.num_processes, accelerator.process_index
+    return result

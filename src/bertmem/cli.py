@@ -1,0 +1,129 @@
+"""`bertmem train` and `bertmem bench` (also `python -m bertmem`): argument parsing only (chapters 5 and A1)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from .precision import REQUESTS
+from .profile import get_profile
+
+
+def _size(raw: str) -> int | None:
+    """A subset size; 'all' means the whole split."""
+    if raw.lower() in ("all", "none"):
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of examples or 'all', got {raw!r}") from None
+    if value < 2:
+        raise argparse.ArgumentTypeError(f"a subset needs at least 2 examples, got {value}")
+    return value
+
+
+def _recipe_arguments(parser: argparse.ArgumentParser) -> None:
+    """Switches shared by `train` and `bench`: data sizes, batch, learning rate, seed, device."""
+    profile = get_profile()
+    parser.add_argument("--model", default=profile.model_id, help="Hub id, local folder, or 'tiny-bert'")
+    parser.add_argument("--dataset", default=profile.dataset, help="imdb, rotten_tomatoes, sst2, a Hub id or a file")
+    parser.add_argument("--train-size", type=_size, default=profile.train_size, help="training examples or 'all'")
+    parser.add_argument("--eval-size", type=_size, default=profile.eval_size, help="evaluation examples or 'all'")
+    parser.add_argument("--max-length", type=int, default=profile.max_length, help="tokens per example")
+    parser.add_argument("--lr", type=float, default=profile.learning_rate, help="peak learning rate")
+    parser.add_argument("--epochs", type=int, default=profile.epochs)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--device", default=profile.device, help="cpu or cuda")
+    parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The `bertmem` command line: `train` one run, `bench` the recipe variants."""
+    parser = argparse.ArgumentParser(prog="bertmem", description="Fine-tune BERT-family classifiers on a memory budget.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    t = sub.add_parser("train", help="fine-tune once and write metrics.json, config.json and loss.png")
+    _recipe_arguments(t)
+    t.add_argument("--eval-dataset", help="file or dataset for evaluation (default: eval split, or rows held out)")
+    t.add_argument("--text-column", default="text")
+    t.add_argument("--label-column", default="label")
+    t.add_argument("--batch-size", type=int, default=get_profile().batch_size, help="micro-batch per process")
+    t.add_argument("--accumulation-steps", type=int, default=1)
+    t.add_argument("--precision", choices=REQUESTS, default="auto")
+    t.add_argument("--layerwise-decay", type=float, default=None, help="LLRD factor in (0, 1], e.g. 0.95")
+    t.add_argument("--warmup-ratio", type=float, default=0.1)
+    t.add_argument("--weight-decay", type=float, default=0.01)
+    t.add_argument("--max-grad-norm", type=float, default=1.0, help="clip at this norm; 0 turns clipping off")
+    t.add_argument("--max-steps", type=int, default=None)
+    t.add_argument("--attention", choices=("sdpa", "eager"), default="sdpa")
+    t.add_argument("--no-group-by-length", action="store_true", help="random batches instead of length-grouped")
+    t.add_argument("--pad-to-max-length", action="store_true", help="pad every batch to --max-length (baseline)")
+    t.add_argument("--gradient-checkpointing", action="store_true")
+    t.add_argument("--oom-backoff", action="store_true", help="halve the micro-batch on CUDA out-of-memory")
+    t.add_argument("--checkpoint-every", type=int, default=None, help="save a checkpoint every N optimizer steps")
+    t.add_argument("--resume", action="store_true", help="continue from OUTPUT_DIR/checkpoint.pt")
+    t.add_argument("--backend", choices=("plain", "accelerate", "trainer"), default="plain",
+                   help="accelerate: run under `accelerate launch` for several processes")
+    t.add_argument("--save-model", action="store_true", help="save the fine-tuned model to OUTPUT_DIR/model")
+    t.add_argument("--output-dir", required=True)
+    b = sub.add_parser("bench", help="the recipe variants side by side -> bench.json and bench.md")
+    _recipe_arguments(b)
+    b.add_argument("--effective-batch", type=int, default=16)
+    b.add_argument("--output-dir", default="results/bench")
+    b.add_argument("--no-estimate", action="store_true", help="skip the estimated bert-base table")
+    return parser
+
+
+def train_main(args: argparse.Namespace) -> dict:
+    """Build RunConfig + TrainConfig from the arguments and run one experiment."""
+    from .experiment import RunConfig, run_experiment
+    from .train import TrainConfig
+
+    run = RunConfig(model=args.model, dataset=args.dataset, eval_dataset=args.eval_dataset,
+                    text_column=args.text_column, label_column=args.label_column, train_size=args.train_size,
+                    eval_size=args.eval_size, max_length=args.max_length, batch_size=args.batch_size,
+                    group_by_length=not args.no_group_by_length, pad_to_max_length=args.pad_to_max_length,
+                    attention=args.attention, backend=args.backend, output_dir=args.output_dir,
+                    save_model=args.save_model)
+    config = TrainConfig(epochs=args.epochs, learning_rate=args.lr, weight_decay=args.weight_decay,
+                         warmup_ratio=args.warmup_ratio, seed=args.seed, device=args.device,
+                         max_steps=args.max_steps, progress=not args.no_progress,
+                         layerwise_decay=args.layerwise_decay, accumulation_steps=args.accumulation_steps,
+                         max_grad_norm=args.max_grad_norm or None, precision=args.precision,
+                         gradient_checkpointing=args.gradient_checkpointing, oom_backoff=args.oom_backoff,
+                         checkpoint_dir=args.output_dir if (args.checkpoint_every or args.resume) else None,
+                         checkpoint_every=args.checkpoint_every, resume=args.resume)
+    summary = run_experiment(run, config)
+    if summary["rank"] == 0:
+        print(json.dumps({"output_dir": args.output_dir, **summary["final"]}))
+    return summary
+
+
+def bench_main(args: argparse.Namespace) -> dict:
+    """Run the variants, add the bert-base estimate, print and save the tables."""
+    from .bench import BenchConfig, estimated_rows, run_bench, write_bench
+
+    bench = BenchConfig(model=args.model, dataset=args.dataset, train_size=args.train_size, eval_size=args.eval_size,
+                        max_length=args.max_length, effective_batch=args.effective_batch, learning_rate=args.lr,
+                        epochs=args.epochs, seed=args.seed, device=args.device, progress=not args.no_progress)
+    result = run_bench(bench)
+    if not args.no_estimate:
+        result["estimated"] = estimated_rows()
+    path = write_bench(result, args.output_dir)
+    print(path.read_text())
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the `bertmem` console script; bad arguments exit with status 2 and a message."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        (train_main if args.command == "train" else bench_main)(args)
+    except (ValueError, TypeError, FileNotFoundError) as err:
+        parser.exit(2, f"bertmem {args.command}: error: {err}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

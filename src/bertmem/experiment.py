@@ -1,0 +1,168 @@
+"""One fine-tuning run from data to an output folder: the entry point behind `bertmem train` (chapter 5, A1)."""
+
+from __future__ import annotations
+
+import json
+import platform
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .data import EVAL_SPLITS, HUB_IDS, load_text_classification, make_loader, subsample, tokenize_frame
+from .models import ATTENTION_IMPLEMENTATIONS, classifier_from_config, load_classifier, load_tokenizer, tiny_bert_config
+from .profile import MINILM_ID
+from .train import TrainConfig, TrainResult, train
+
+BACKENDS = ("plain", "accelerate", "trainer")
+TINY_MODEL = "tiny-bert"  # a 2-layer random BERT with MiniLM's vocabulary: tests and quick checks
+
+
+@dataclass
+class RunConfig:
+    """What to train on and where results go; the recipe itself is a TrainConfig (chapter 5)."""
+
+    model: str = MINILM_ID
+    dataset: str = "imdb"
+    eval_dataset: str | None = None  # None: the dataset's eval split, or rows held out of a file
+    text_column: str = "text"
+    label_column: str = "label"
+    train_size: int | None = 1000
+    eval_size: int | None = 500
+    max_length: int = 256
+    batch_size: int = 8  # micro-batch (per process under Accelerate)
+    group_by_length: bool = True
+    pad_to_max_length: bool = False  # the naive baseline: pad every batch to max_length
+    attention: str = "sdpa"
+    backend: str = "plain"
+    output_dir: str | None = None
+    save_model: bool = False
+
+    def __post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}, got {self.backend!r}")
+        if self.attention not in ATTENTION_IMPLEMENTATIONS:
+            raise ValueError(f"attention must be one of {ATTENTION_IMPLEMENTATIONS}, got {self.attention!r}")
+        if self.max_length < 8 or self.batch_size < 1:
+            raise ValueError(f"max_length must be >= 8 and batch_size >= 1, got {self.max_length} and {self.batch_size}")
+        for name in ("train_size", "eval_size"):
+            value = getattr(self, name)
+            if value is not None and value < 2:
+                raise ValueError(f"{name} must be >= 2 or None (everything), got {value}")
+        if self.save_model and not self.output_dir:
+            raise ValueError("save_model needs output_dir: the folder the model is saved into")
+
+
+def load_frames(run: RunConfig, seed: int = 0):
+    """Train and eval frames: named dataset splits, or a file with an eval file or rows held out (chapter A1)."""
+    kw = dict(text_column=run.text_column, label_column=run.label_column, seed=seed)
+    named = run.dataset in HUB_IDS
+    if run.eval_dataset is not None or named:
+        source = run.eval_dataset or run.dataset
+        split = EVAL_SPLITS.get(source, "validation")  # a file ignores the split name
+        train_frame = load_text_classification(run.dataset, "train", size=run.train_size, **kw)
+        eval_frame = load_text_classification(source, split, size=run.eval_size, **kw)
+        return train_frame, eval_frame
+    everything = load_text_classification(run.dataset, "train", **kw)
+    held = run.eval_size or max(2, len(everything) // 5)
+    if held >= len(everything) - 1:
+        raise ValueError(f"{run.dataset} has {len(everything)} rows: too few to hold out {held} for evaluation; "
+                         "pass eval_dataset or a smaller eval_size")
+    eval_frame = subsample(everything, held, seed=seed)
+    rest = everything[~everything["text"].isin(set(eval_frame["text"]))].reset_index(drop=True)
+    rest.attrs = dict(everything.attrs)
+    train_frame = rest if run.train_size is None else subsample(rest, min(run.train_size, len(rest)), seed=seed)
+    return train_frame, eval_frame
+
+
+def build_model(run: RunConfig, label_names: list[str]):
+    """The classifier for run.model (a Hub id, folder, or 'tiny-bert') and its tokenizer (chapter 5)."""
+    if run.model == TINY_MODEL:
+        tokenizer = load_tokenizer(MINILM_ID)
+        config = tiny_bert_config(vocab_size=tokenizer.vocab_size, num_labels=len(label_names),
+                                  max_position_embeddings=max(128, run.max_length), hidden_dropout_prob=0.0,
+                                  attention_probs_dropout_prob=0.0,
+                                  id2label=dict(enumerate(label_names)), label2id={n: i for i, n in enumerate(label_names)})
+        torch.manual_seed(0)
+        return classifier_from_config(config, run.attention), tokenizer
+    return load_classifier(run.model, len(label_names), run.attention, label_names), load_tokenizer(run.model)
+
+
+def environment_info() -> dict[str, Any]:
+    """Hardware and library versions, written beside every result (chapter 5)."""
+    import accelerate
+    import transformers
+
+    info = {"python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__,
+            "accelerate": accelerate.__version__, "cpu": platform.processor() or platform.machine(),
+            "cpu_threads": torch.get_num_threads()}
+    if torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name(0)
+    return info
+
+
+def parameter_checksum(model: torch.nn.Module) -> float:
+    """Sum of all weights in float64: equal on every rank when data-parallel copies agree (chapter 7)."""
+    return float(sum(p.detach().double().sum() for p in model.parameters()))
+
+
+def run_experiment(run: RunConfig, config: TrainConfig) -> dict[str, Any]:
+    """Load data and model, train with the chosen backend, evaluate, write the output folder (chapter 5)."""
+    train_frame, eval_frame = load_frames(run, seed=config.seed)
+    names = train_frame.attrs["label_names"]
+    model, tokenizer = build_model(run, names)
+    train_set = tokenize_frame(train_frame, tokenizer, run.max_length)
+    pad = run.max_length if run.pad_to_max_length else None
+    train_loader = make_loader(train_set, tokenizer, run.batch_size, shuffle=True, seed=config.seed,
+                               group_by_length=run.group_by_length, pad_to_max_length=pad)
+    eval_loader = make_loader(tokenize_frame(eval_frame, tokenizer, run.max_length), tokenizer, 2 * run.batch_size,
+                              group_by_length=run.group_by_length, pad_to_max_length=pad)
+    result = run_backend(run.backend, model, train_loader, config, eval_loader)
+    summary = {"final": result.final_metrics, "epochs": result.epochs, "history": result.history,
+               "precision": result.precision, "skipped_steps": result.skipped_steps, "backoffs": result.backoffs,
+               "num_processes": result.num_processes, "rank": result.rank, "rank_bytes": result.rank_bytes,
+               "parameter_checksum": parameter_checksum(model), "label_names": names,
+               "train_examples": len(train_frame), "eval_examples": len(eval_frame), "environment": environment_info()}
+    if run.output_dir:
+        write_outputs(Path(run.output_dir), run, config, summary, result, model, tokenizer)
+    return summary
+
+
+def run_backend(backend: str, model, train_loader, config: TrainConfig, eval_loader) -> TrainResult:
+    """Train with bertmem's loop, Accelerate or the HF Trainer (same recipe, same batches) (chapter 5)."""
+    if backend == "accelerate":
+        from .accelerate_loop import train_with_accelerate
+
+        return train_with_accelerate(model, train_loader, config, eval_loader)
+    if backend == "trainer":
+        from .hf_trainer import train_with_trainer
+        from .train import evaluate
+
+        result = train_with_trainer(model, train_loader, config)
+        result.epochs.append(evaluate(model, eval_loader, config.device))
+        return result
+    return train(model, train_loader, config, eval_loader)
+
+
+def write_outputs(folder: Path, run: RunConfig, config: TrainConfig, summary: dict, result: TrainResult,
+                  model, tokenizer) -> None:
+    """metrics.json, config.json, loss.png (and the model) from the main process; rank<r>.json from each."""
+    folder.mkdir(parents=True, exist_ok=True)
+    rank = result.rank
+    rank_info = {k: summary[k] for k in ("parameter_checksum", "rank_bytes", "num_processes")}
+    rank_info["losses"] = result.losses
+    (folder / f"rank{rank}.json").write_text(json.dumps(rank_info, indent=1))
+    if rank != 0:
+        return
+    (folder / "metrics.json").write_text(json.dumps(summary, indent=1, default=str))
+    (folder / "config.json").write_text(json.dumps({"run": asdict(run), "train": asdict(config)}, indent=1))
+    from matplotlib.figure import Figure  # no pyplot: leaves a notebook's backend alone
+
+    ax = Figure(figsize=(7, 3.5)).subplots()
+    result.plot(ax=ax, smooth=max(1, min(10, len(result.history) // 5)))
+    ax.set_title(f"{run.model} on {Path(run.dataset).name}")
+    ax.figure.savefig(folder / "loss.png", dpi=120, bbox_inches="tight")
+    if run.save_model:
+        getattr(model, "module", model).save_pretrained(folder / "model")
+        tokenizer.save_pretrained(folder / "model")

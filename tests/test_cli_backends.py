@@ -1,0 +1,193 @@
+"""Chapter 5: the command line, the three backends, two processes under `accelerate launch`, the benchmark."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+from bertmem.accelerate_loop import train_with_accelerate
+from bertmem.bench import (TARGETS, BenchConfig, add_ratios, estimated_rows, model_flops_utilisation, run_bench,
+                           variant_settings, write_bench)
+from bertmem.cli import main
+from bertmem.hf_trainer import train_with_trainer
+from bertmem.models import classifier_from_config, tiny_bert_config
+from bertmem.train import TrainConfig, train
+
+
+@pytest.fixture(scope="module")
+def reviews_csv(tmp_path_factory):
+    """120 short reviews with arbitrary column names and string labels."""
+    words = {"pos": "great lovely superb fun", "neg": "awful boring dull bad"}
+    rows = [(f"movie {i} was {words['pos' if i % 2 else 'neg'].split()[i % 4]} and {i % 7} stars",
+             "pos" if i % 2 else "neg") for i in range(120)]
+    path = tmp_path_factory.mktemp("data") / "reviews.csv"
+    pd.DataFrame(rows, columns=["review", "sentiment"]).to_csv(path, index=False)
+    return path
+
+
+def cli_args(csv, out, *extra):
+    return ["train", "--model", "tiny-bert", "--dataset", str(csv), "--text-column", "review",
+            "--label-column", "sentiment", "--train-size", "64", "--eval-size", "24", "--max-length", "32",
+            "--batch-size", "8", "--lr", "1e-3", "--epochs", "1", "--device", "cpu", "--no-progress",
+            "--output-dir", str(out), *extra]
+
+
+def test_cli_train_writes_metrics_config_plot_and_model(tmp_path, reviews_csv, capsys):
+    out = tmp_path / "run"
+    assert main(cli_args(reviews_csv, out, "--accumulation-steps", "2", "--layerwise-decay", "0.9",
+                         "--save-model")) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["label_names"] == ["neg", "pos"] and metrics["train_examples"] == 64
+    assert metrics["eval_examples"] == 24 and len(metrics["history"]) == 4  # 64 / (8 × 2)
+    assert 0 <= metrics["final"]["accuracy"] <= 1
+    config = json.loads((out / "config.json").read_text())
+    assert config["train"]["accumulation_steps"] == 2 and config["run"]["text_column"] == "review"
+    assert (out / "loss.png").stat().st_size > 1000 and (out / "model" / "config.json").is_file()
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["output_dir"] == str(out)
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--label-column", "stars"], "missing column"),
+    (["--precision", "fp16"], "fp16"),
+    (["--backend", "accelerate", "--resume"], "checkpoint"),
+])
+def test_cli_bad_arguments_exit_2_with_a_message(tmp_path, reviews_csv, capsys, extra, message):
+    with pytest.raises(SystemExit) as exit_info:
+        main(cli_args(reviews_csv, tmp_path / "bad", *extra))
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_cli_rejects_a_one_example_subset(capsys):
+    with pytest.raises(SystemExit):
+        main(["train", "--train-size", "1", "--output-dir", "x"])
+    assert "at least 2" in capsys.readouterr().err
+
+
+def test_cli_resume_continues_an_interrupted_run(tmp_path, reviews_csv):
+    out = tmp_path / "resumable"
+    main(cli_args(reviews_csv, out, "--checkpoint-every", "2", "--max-steps", "6", "--epochs", "2"))
+    first = json.loads((out / "metrics.json").read_text())
+    main(cli_args(reviews_csv, out, "--resume", "--max-steps", "6", "--epochs", "2"))
+    again = json.loads((out / "metrics.json").read_text())
+    assert [h["loss"] for h in again["history"]] == [h["loss"] for h in first["history"]]
+
+
+def toy_loader():
+    g = torch.Generator().manual_seed(0)
+    rows = []
+    for _ in range(32):
+        ids = torch.randint(5, 1000, (16,), generator=g)
+        label = int(torch.randint(0, 2, (1,), generator=g))
+        ids[1] = 7 + label
+        rows.append({"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": torch.tensor(label)})
+    return DataLoader(rows, batch_size=4)
+
+
+def toy_model():
+    torch.manual_seed(0)
+    return classifier_from_config(tiny_bert_config(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0))
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_plain_accelerate_and_trainer_give_the_same_loss_trajectory(tmp_path, precision):
+    config = TrainConfig(epochs=2, learning_rate=1e-3, accumulation_steps=2, layerwise_decay=0.9, progress=False,
+                         precision=precision)
+    plain = train(toy_model(), toy_loader(), config).losses
+    accelerated = train_with_accelerate(toy_model(), toy_loader(), config).losses
+    trainer = train_with_trainer(toy_model(), toy_loader(), config, output_dir=str(tmp_path)).losses
+    assert len(plain) == 8 and plain[-1] < plain[0]
+    assert accelerated == pytest.approx(plain, rel=1e-5)
+    assert trainer == pytest.approx(plain, rel=1e-5)
+
+
+def test_two_processes_under_accelerate_launch_agree_with_one(tmp_path, reviews_csv):
+    env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
+    # `--cpu --num_processes 2` starts one process unless MPI is installed (accelerate 1.15); `--multi_gpu`
+    # starts torchrun, and Accelerator(cpu=True) then joins a gloo process group on the CPU.
+    launch = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+              "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "29531",
+              "-m", "bertmem"]
+    common = ["--precision", "fp32", "--backend", "accelerate", "--no-group-by-length", "--accumulation-steps", "2"]
+    two = subprocess.run(launch + cli_args(reviews_csv, tmp_path / "two", *common, "--batch-size", "4"),
+                         env=env, capture_output=True, text=True, timeout=300)
+    assert two.returncode == 0, two.stderr[-3000:]
+    ranks = [json.loads((tmp_path / "two" / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert ranks[0]["num_processes"] == 2
+    assert ranks[0]["parameter_checksum"] == ranks[1]["parameter_checksum"]
+    assert ranks[0]["losses"] == ranks[1]["losses"]
+    main(cli_args(reviews_csv, tmp_path / "one", *common))  # one process, micro-batch 8 = 2 × 4
+    one = json.loads((tmp_path / "one" / "metrics.json").read_text())
+    assert [h["loss"] for h in one["history"]] == pytest.approx(ranks[0]["losses"], rel=1e-4)
+    assert one["parameter_checksum"] == pytest.approx(ranks[0]["parameter_checksum"], rel=1e-5)
+
+
+def test_bench_runs_every_variant_and_writes_tables(tmp_path, reviews_csv):
+    plain_csv = tmp_path / "plain.csv"
+    pd.read_csv(reviews_csv).rename(columns={"review": "text", "sentiment": "label"}).to_csv(plain_csv, index=False)
+    bench = BenchConfig(model="tiny-bert", dataset=str(plain_csv), train_size=48, eval_size=16, max_length=32,
+                        effective_batch=8, learning_rate=1e-3, progress=False)
+    result = run_bench(bench)
+    rows = {r["variant"]: r for r in result["rows"]}
+    assert list(rows) == list(bench.variants)
+    assert rows["accumulation ×4"]["activations ratio"] == pytest.approx(0.25, rel=0.1)
+    assert rows["full + gradient checkpointing"]["activations (MiB)"] < rows["full recipe"]["activations (MiB)"]
+    assert rows["full recipe"]["targets"] in ("met", "missed") and result["bf16_matmul_tflops"] > 0
+    md = write_bench(result, tmp_path / "bench").read_text()
+    assert "| full recipe |" in md and "torch" in md
+    assert json.loads((tmp_path / "bench" / "bench.json").read_text())["rows"][0]["variant"] == "fp32 baseline"
+
+
+def test_bench_variants_add_one_idea_each():
+    bench = BenchConfig(model="m", effective_batch=32)
+    base_run, base = variant_settings(bench, "fp32 baseline")
+    acc_run, acc = variant_settings(bench, "accumulation ×4")
+    full_run, full = variant_settings(bench, "full recipe")
+    assert (base_run.batch_size, base.accumulation_steps) == (32, 1)
+    assert (acc_run.batch_size, acc.accumulation_steps) == (8, 4) and acc.precision == "fp32"
+    assert base_run.pad_to_max_length and base_run.attention == "eager" and base.layerwise_decay is None
+    assert full_run.group_by_length and full_run.attention == "sdpa" and full.warmup_ratio == 0.1
+    assert full.layerwise_decay == 0.95 and full.precision == "auto"
+    with pytest.raises(ValueError, match="multiple"):
+        BenchConfig(model="m", effective_batch=30, accumulation=4)
+
+
+def test_ratios_and_targets_are_computed_against_the_baseline():
+    rows = [{"variant": "fp32 baseline", "activations (MiB)": 100.0, "time per epoch (s)": 10.0, "accuracy": 0.80},
+            {"variant": "full recipe", "activations (MiB)": 20.0, "time per epoch (s)": 4.0, "accuracy": 0.81}]
+    full = add_ratios(rows)[1]
+    assert full["activations ratio"] == 0.2 and full["time ratio"] == 0.4
+    assert full["accuracy Δ (points)"] == pytest.approx(1.0) and full["targets"] == "met"
+    rows[1]["time per epoch (s)"] = 6.0
+    assert add_ratios(rows)[1]["targets"] == "missed"
+
+
+def test_estimated_bert_base_table_and_mfu():
+    rows = {r["variant"]: r for r in estimated_rows()}
+    assert rows["fp32 baseline"]["peak ratio"] == 1.0
+    assert rows["full + gradient checkpointing"]["peak ratio"] < TARGETS["estimated_peak"]
+    assert rows["fp32 baseline"]["fits 16 GB"] == "no" and rows["full recipe"]["fits 16 GB"] == "yes"
+    assert model_flops_utilisation(100, 1000, 1.0, 1.2e-6) == pytest.approx(0.5)
+    with pytest.raises(ValueError):
+        model_flops_utilisation(1, 1, 0.0, 1.0)
+
+
+@pytest.mark.parametrize("name, kind", [("ddp", "MULTI_GPU"), ("fsdp", "FSDP"), ("deepspeed_zero2", "DEEPSPEED")])
+def test_shipped_accelerate_configs_load(name, kind):
+    from pathlib import Path
+
+    from accelerate.commands.config.config_args import load_config_from_file
+
+    root = Path(__file__).resolve().parents[1]
+    config = load_config_from_file(str(root / "configs" / "accelerate" / f"{name}.yaml"))
+    assert config.distributed_type.value == kind and config.num_processes >= 2
+    if kind == "FSDP":
+        assert config.fsdp_config["fsdp_transformer_layer_cls_to_wrap"] == "BertLayer"
+    if kind == "DEEPSPEED":
+        zero = json.loads((root / config.deepspeed_config["deepspeed_config_file"]).read_text())
+        assert zero["zero_optimization"]["stage"] == 2
