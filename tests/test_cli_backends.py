@@ -127,6 +127,24 @@ def test_two_processes_under_accelerate_launch_agree_with_one(tmp_path, reviews_
     assert one["parameter_checksum"] == pytest.approx(ranks[0]["parameter_checksum"], rel=1e-5)
 
 
+def test_fsdp_on_two_cpu_processes_shards_weights_and_adam_state(tmp_path, reviews_csv):
+    env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
+    common = ["--precision", "fp32", "--backend", "accelerate", "--max-steps", "2"]
+    per_strategy = {}
+    for name, flags in (("ddp", ["--multi_gpu"]), ("fsdp", ["--use_fsdp", "--fsdp_version", "2"])):
+        launch = [sys.executable, "-m", "accelerate.commands.launch", *flags, "--num_processes", "2",
+                  "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+                  "--main_process_port", "29533", "-m", "bertmem"]
+        done = subprocess.run(launch + cli_args(reviews_csv, tmp_path / name, *common, "--batch-size", "4"),
+                              env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+        per_strategy[name] = [json.loads((tmp_path / name / f"rank{r}.json").read_text()) for r in (0, 1)]
+    ddp, fsdp = per_strategy["ddp"][0]["rank_bytes"], per_strategy["fsdp"][0]["rank_bytes"]
+    assert fsdp["parameter_bytes"] == pytest.approx(ddp["parameter_bytes"] / 2, rel=0.01)
+    assert fsdp["optimizer_bytes"] == pytest.approx(ddp["optimizer_bytes"] / 2, rel=0.01)
+    assert per_strategy["fsdp"][0]["parameter_checksum"] == per_strategy["fsdp"][1]["parameter_checksum"]
+
+
 def test_bench_runs_every_variant_and_writes_tables(tmp_path, reviews_csv):
     plain_csv = tmp_path / "plain.csv"
     pd.read_csv(reviews_csv).rename(columns={"review": "text", "sentiment": "label"}).to_csv(plain_csv, index=False)
@@ -191,3 +209,37 @@ def test_shipped_accelerate_configs_load(name, kind):
     if kind == "DEEPSPEED":
         zero = json.loads((root / config.deepspeed_config["deepspeed_config_file"]).read_text())
         assert zero["zero_optimization"]["stage"] == 2
+
+
+def test_a_variant_that_runs_out_of_memory_is_reported_not_fatal(tmp_path, reviews_csv, monkeypatch):
+    import bertmem.bench as bench_module
+
+    real = bench_module.measure_step_memory
+
+    def too_big(model, batch, **kwargs):
+        if batch["input_ids"].shape[0] > 2:
+            raise torch.OutOfMemoryError("CUDA out of memory")
+        return real(model, batch, **kwargs)
+
+    monkeypatch.setattr(bench_module, "measure_step_memory", too_big)
+    plain_csv = tmp_path / "plain.csv"
+    pd.read_csv(reviews_csv).rename(columns={"review": "text", "sentiment": "label"}).to_csv(plain_csv, index=False)
+    bench = BenchConfig(model="tiny-bert", dataset=str(plain_csv), train_size=24, eval_size=8, max_length=16,
+                        effective_batch=8, progress=False, variants=("fp32 baseline", "accumulation ×4"))
+    result = run_bench(bench)
+    assert [r.get("note") for r in result["rows"]] == ["out of memory", None]  # micro-batch 8 vs 2
+    assert "out of memory" in write_bench(result, tmp_path / "b").read_text()
+
+
+def test_saved_model_predicts_new_texts_with_its_label_names(tmp_path, reviews_csv):
+    from bertmem.experiment import predict_texts
+    from bertmem.models import load_model_and_tokenizer
+
+    out = tmp_path / "saved"
+    main(cli_args(reviews_csv, out, "--save-model", "--epochs", "2"))
+    model, tokenizer = load_model_and_tokenizer(str(out / "model"), num_labels=2, label_names=["neg", "pos"])
+    preds = predict_texts(model, tokenizer, ["movie 3 was superb", "movie 4 was awful"], max_length=32)
+    assert [p["label"] in ("neg", "pos") for p in preds] == [True, True]
+    assert all(0.5 <= p["probability"] <= 1 for p in preds)
+    with pytest.raises(TypeError, match="list"):
+        predict_texts(model, tokenizer, "one text")

@@ -124,3 +124,24 @@ def test_real_imdb_mirror_sample():
     frame = load_text_classification("imdb", "test", size=50, seed=0)
     assert len(frame) == 50 and frame["label"].value_counts().to_dict() == {0: 25, 1: 25}
     assert frame["text"].str.len().min() > 10
+
+
+def test_head_tail_truncation_keeps_both_ends():
+    from bertmem.models import load_tokenizer
+    from bertmem.profile import MINILM_ID
+
+    tokenizer = load_tokenizer(MINILM_ID)
+    words = " ".join(f"w{i}" for i in range(300))
+    frame = pd.DataFrame({"text": [words, "short review"], "label": [0, 1]})
+    head = tokenize_frame(frame, tokenizer, 64)
+    both = tokenize_frame(frame, tokenizer, 64, truncation="head+tail", head_tokens=10)
+    assert head.lengths() == both.lengths() and head.lengths()[0] == 64
+    full = tokenizer(words, add_special_tokens=False)["input_ids"]
+    ids = both.encodings["input_ids"][0]
+    assert ids[0] == tokenizer.cls_token_id and ids[-1] == tokenizer.sep_token_id
+    assert ids[1:11] == full[:10] and ids[11:-1] == full[-52:]
+    assert both.encodings["input_ids"][1] == head.encodings["input_ids"][1]  # short texts are untouched
+    with pytest.raises(ValueError, match="truncation"):
+        tokenize_frame(frame, tokenizer, 64, truncation="tail")
+    with pytest.raises(ValueError, match="head_tokens"):
+        tokenize_frame(frame, tokenizer, 64, truncation="head+tail", head_tokens=100)

@@ -120,3 +120,15 @@ def test_trace_shows_autocast_dtypes():
     assert "float32" in trace["embedding"]  # embedding lookups stay fp32
     plain = trace_op_dtypes(tiny().eval(), batch(4))
     assert set(plain["addmm"]) == {"float32"}
+
+
+def test_diagnose_scale_trace_names_the_three_regimes():
+    from bertmem.precision import diagnose_scale_trace
+
+    assert "Healthy" in diagnose_scale_trace([2.0**16, 2.0**15, 2.0**15, 2.0**15, 2.0**15], 2.0**16)
+    collapsing = [2.0**(15 - i) for i in range(20)]
+    assert "forward" in diagnose_scale_trace(collapsing, 2.0**16) and "20 of 20" in diagnose_scale_trace(collapsing, 2.0**16)
+    frequent = [2.0**15, 2.0**15, 2.0**14, 2.0**14, 2.0**13, 2.0**13, 2.0**14, 2.0**13, 2.0**13, 2.0**13, 2.0**13, 2.0**13]
+    assert "Frequent" in diagnose_scale_trace(frequent, 2.0**16)
+    with pytest.raises(ValueError, match="empty"):
+        diagnose_scale_trace([], 1.0)

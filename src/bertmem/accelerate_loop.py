@@ -7,7 +7,6 @@ import time
 
 import torch
 
-from .memory import optimizer_state_bytes
 from .precision import choose_precision
 from .profile import progress as progress_bar
 from .train import TrainConfig, TrainResult, evaluate, make_optimizer_and_scheduler
@@ -28,11 +27,39 @@ def accelerator_for(config: TrainConfig, **kwargs):
                        mixed_precision=ACCELERATE_PRECISION[choice.precision], cpu=device_type == "cpu", **kwargs)
 
 
+def _local(tensor: torch.Tensor) -> torch.Tensor:
+    """This process's shard of a DTensor (FSDP2), or the tensor itself."""
+    return getattr(tensor, "_local_tensor", tensor)
+
+
 def rank_bytes(model: torch.nn.Module, optimizer) -> dict[str, int]:
-    """Parameter, gradient and optimizer-state bytes this process holds (its shard under FSDP) (chapter 7)."""
-    local = [getattr(p, "_local_tensor", p) for p in model.parameters()]  # DTensor shards under FSDP2
-    return {"parameter_bytes": sum(t.numel() * t.element_size() for t in local),
-            "optimizer_bytes": optimizer_state_bytes(getattr(optimizer, "optimizer", optimizer))}
+    """Parameter and optimizer-state bytes this process holds (its shard under FSDP) (chapter 7)."""
+    optimizer = getattr(optimizer, "optimizer", optimizer)  # Accelerate wraps it
+    states = [_local(v) for state in optimizer.state.values() for v in state.values() if isinstance(v, torch.Tensor)]
+    return {"parameter_bytes": sum(_local(p).numel() * _local(p).element_size() for p in model.parameters()),
+            "optimizer_bytes": sum(t.numel() * t.element_size() for t in states)}
+
+
+def fsdp_requested_on_cpu(accelerator) -> bool:
+    """`accelerate launch --use_fsdp` on CPU processes: Accelerate falls back to plain MULTI_CPU (DDP) there."""
+    import os
+
+    from accelerate.utils import DistributedType
+
+    return (os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true"
+            and accelerator.distributed_type == DistributedType.MULTI_CPU)
+
+
+def shard_with_fsdp2(model: torch.nn.Module) -> torch.nn.Module:
+    """FSDP2 by hand: `fully_shard` every encoder layer, then the rest of the model (chapter 7, CPU processes)."""
+    from torch.distributed.fsdp import fully_shard
+
+    from .llrd import find_encoder_layers
+
+    for layer in find_encoder_layers(model)[1]:
+        fully_shard(layer)
+    fully_shard(model)
+    return model
 
 
 def train_with_accelerate(model: torch.nn.Module, train_loader, config: TrainConfig, eval_loader=None,
@@ -57,8 +84,13 @@ def train_with_accelerate(model: torch.nn.Module, train_loader, config: TrainCon
     steps_per_epoch = math.ceil(math.ceil(len(train_loader) / accelerator.num_processes) / config.accumulation_steps)
     total = config.epochs * steps_per_epoch
     total = min(total, config.max_steps) if config.max_steps else total
-    optimizer, scheduler = make_optimizer_and_scheduler(model, config, total)
-    model, optimizer, loader = accelerator.prepare(model, optimizer, train_loader)
+    if fsdp_requested_on_cpu(accelerator):  # shard ourselves; Accelerate would wrap the model in DDP
+        model = shard_with_fsdp2(model)
+        optimizer, scheduler = make_optimizer_and_scheduler(model, config, total)
+        optimizer, loader = accelerator.prepare(optimizer, train_loader)
+    else:
+        optimizer, scheduler = make_optimizer_and_scheduler(model, config, total)
+        model, optimizer, loader = accelerator.prepare(model, optimizer, train_loader)
     result = TrainResult(precision=accelerator.mixed_precision)
     step, window_loss = 0, torch.zeros((), device=accelerator.device)
     for epoch in range(1, config.epochs + 1):
@@ -75,7 +107,8 @@ def train_with_accelerate(model: torch.nn.Module, train_loader, config: TrainCon
                 accelerator.backward(loss)
                 record = {"step": step + 1, "epoch": epoch}
                 if accelerator.sync_gradients and config.max_grad_norm is not None:
-                    record["grad_norm"] = float(accelerator.clip_grad_norm_(model.parameters(), config.max_grad_norm))
+                    norm = accelerator.clip_grad_norm_(model.parameters(), config.max_grad_norm)
+                    record["grad_norm"] = float(getattr(norm, "full_tensor", lambda: norm)())  # DTensor under FSDP
                 optimizer.step()
                 if accelerator.sync_gradients and not accelerator.optimizer_step_was_skipped:
                     scheduler.step()
@@ -92,11 +125,13 @@ def train_with_accelerate(model: torch.nn.Module, train_loader, config: TrainCon
                 break
         elapsed = time.perf_counter() - start
         record = {"epoch": epoch, "train_time_s": elapsed, "examples": seen, "examples_per_s": seen / elapsed}
+        result.rank_bytes = rank_bytes(model, optimizer)  # before evaluation: FSDP2 keeps the root unsharded after it
         if eval_loader is not None:
             record.update(evaluate(model, eval_loader, accelerator.device, show_progress=False))
+            if hasattr(model, "reshard"):  # FSDP2: give the gathered root weights back
+                model.reshard()
         result.epochs.append(record)
         if step >= total:
             break
-    result.rank_bytes = rank_bytes(model, optimizer)
     result.num_processes, result.rank = accelerator.num_processes, accelerator.process_index
     return result

@@ -118,23 +118,29 @@ def run_variant(bench: BenchConfig, variant: str, frames, peak_tflops: float | N
     model.to(config.device).train()
     if config.gradient_checkpointing:
         enable_gradient_checkpointing(model)
-    report = measure_step_memory(model, {k: v.to(config.device) for k, v in widest_batch(loader).items()},
-                                 precision=precision)
-    model.zero_grad(set_to_none=True)
+    row = {"variant": variant, "micro-batch": run.batch_size, "accumulation": config.accumulation_steps,
+           "precision": precision, "attention": run.attention,
+           "padding": "dynamic, length-grouped" if run.group_by_length else f"to {run.max_length}"}
     cuda = config.device.startswith("cuda")
-    if cuda:
-        torch.cuda.reset_peak_memory_stats()
-    result = train(model, loader, config, eval_loader)
+    try:
+        report = measure_step_memory(model, {k: v.to(config.device) for k, v in widest_batch(loader).items()},
+                                     precision=precision)
+        model.zero_grad(set_to_none=True)
+        if cuda:
+            torch.cuda.reset_peak_memory_stats()
+        result = train(model, loader, config, eval_loader)
+    except torch.OutOfMemoryError:  # the point of the table: the baseline may not fit the card
+        del model
+        if cuda:
+            torch.cuda.empty_cache()
+        return {**row, "accuracy": float("nan"), "note": "out of memory"}
     epoch = result.final_metrics
     tokens = sum(b["input_ids"].numel() for b in loader) * len(result.epochs)
     num_params = sum(p.numel() for p in model.parameters())
-    row = {"variant": variant, "micro-batch": run.batch_size, "accumulation": config.accumulation_steps,
-           "precision": precision, "attention": run.attention,
-           "padding": "dynamic, length-grouped" if run.group_by_length else f"to {run.max_length}",
-           "activations (MiB)": report.activations / 2**20,
-           "weights+grads+Adam (MiB)": (report.parameters * 4) / 2**20,  # fp32 weights, grads, two Adam moments
-           "time per epoch (s)": sum(e["train_time_s"] for e in result.epochs) / len(result.epochs),
-           "examples/s": epoch["examples_per_s"], "accuracy": epoch["accuracy"], "macro-F1": epoch["macro_f1"]}
+    row.update({"activations (MiB)": report.activations / 2**20,
+                "weights+grads+Adam (MiB)": (report.parameters * 4) / 2**20,  # fp32 weights, grads, 2 Adam moments
+                "time per epoch (s)": sum(e["train_time_s"] for e in result.epochs) / len(result.epochs),
+                "examples/s": epoch["examples_per_s"], "accuracy": epoch["accuracy"], "macro-F1": epoch["macro_f1"]})
     row["total (MiB)"] = row["activations (MiB)"] + row["weights+grads+Adam (MiB)"]
     if cuda:
         row["CUDA peak (MiB)"] = torch.cuda.max_memory_allocated() / 2**20
@@ -147,7 +153,11 @@ def run_variant(bench: BenchConfig, variant: str, frames, peak_tflops: float | N
 def add_ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Each row against the fp32 baseline of the same run, and the chapter-5 targets for the full recipe."""
     base = next(r for r in rows if r["variant"] == "fp32 baseline")
+    if "note" in base:  # the baseline did not fit: no ratios to compute
+        return rows
     for row in rows:
+        if "note" in row:
+            continue
         row["activations ratio"] = row["activations (MiB)"] / base["activations (MiB)"]
         row["time ratio"] = row["time per epoch (s)"] / base["time per epoch (s)"]
         row["accuracy Δ (points)"] = 100 * (row["accuracy"] - base["accuracy"])

@@ -184,15 +184,39 @@ class EncodedDataset(Dataset):
         return [len(ids) for ids in self.encodings["input_ids"]]
 
 
-def tokenize_frame(frame: pd.DataFrame, tokenizer, max_length: int) -> EncodedDataset:
-    """Tokenize `text` with truncation to max_length; no padding yet (chapter 0)."""
+TRUNCATIONS = ("head", "head+tail")
+
+
+def tokenize_frame(frame: pd.DataFrame, tokenizer, max_length: int, truncation: str = "head",
+                   head_tokens: int | None = None) -> EncodedDataset:
+    """Tokenize `text`, cut to max_length; no padding yet (chapter 0); head+tail truncation (chapter 6).
+
+    truncation="head" keeps the first tokens (the usual cut); "head+tail" keeps the first `head_tokens`
+    (default a quarter) and the last ones, as Sun et al. (2019) found best for long IMDb reviews.
+    """
     if max_length < 2:
         raise ValueError(f"max_length must be >= 2, got {max_length}")
+    if truncation not in TRUNCATIONS:
+        raise ValueError(f"truncation must be one of {TRUNCATIONS}, got {truncation!r}")
     model_max = getattr(tokenizer, "model_max_length", None)
     if model_max is not None and model_max < 10**6 and max_length > model_max:
         raise ValueError(f"max_length={max_length} exceeds the tokenizer's model_max_length={model_max}")
-    enc = tokenizer(frame["text"].tolist(), truncation=True, max_length=max_length)
-    return EncodedDataset({k: list(v) for k, v in enc.items()}, frame["label"].tolist())
+    if truncation == "head":
+        enc = tokenizer(frame["text"].tolist(), truncation=True, max_length=max_length)
+        return EncodedDataset({k: list(v) for k, v in enc.items()}, frame["label"].tolist())
+    if tokenizer.cls_token_id is None or tokenizer.sep_token_id is None:
+        raise TypeError("head+tail truncation needs a BERT-style tokenizer with [CLS] and [SEP] tokens")
+    budget = max_length - 2
+    head = budget // 4 if head_tokens is None else head_tokens
+    if not 0 <= head <= budget:
+        raise ValueError(f"head_tokens must be in [0, {budget}] for max_length={max_length}, got {head_tokens}")
+    pieces = tokenizer(frame["text"].tolist(), add_special_tokens=False, truncation=False, verbose=False)["input_ids"]
+    ids = [[tokenizer.cls_token_id] + (p if len(p) <= budget else p[:head] + p[len(p) - (budget - head):])
+           + [tokenizer.sep_token_id] for p in pieces]
+    encodings = {"input_ids": ids, "attention_mask": [[1] * len(x) for x in ids]}
+    if "token_type_ids" in tokenizer.model_input_names:
+        encodings["token_type_ids"] = [[0] * len(x) for x in ids]
+    return EncodedDataset(encodings, frame["label"].tolist())
 
 
 def make_loader(dataset: EncodedDataset, tokenizer, batch_size: int, shuffle: bool = False,

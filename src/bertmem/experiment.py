@@ -104,7 +104,8 @@ def environment_info() -> dict[str, Any]:
 
 def parameter_checksum(model: torch.nn.Module) -> float:
     """Sum of all weights in float64: equal on every rank when data-parallel copies agree (chapter 7)."""
-    return float(sum(p.detach().double().sum() for p in model.parameters()))
+    full = [getattr(p, "full_tensor", lambda p=p: p)() for p in model.parameters()]  # gather FSDP shards
+    return float(sum(t.detach().double().sum() for t in full))
 
 
 def run_experiment(run: RunConfig, config: TrainConfig) -> dict[str, Any]:
@@ -166,3 +167,22 @@ def write_outputs(folder: Path, run: RunConfig, config: TrainConfig, summary: di
     if run.save_model:
         getattr(model, "module", model).save_pretrained(folder / "model")
         tokenizer.save_pretrained(folder / "model")
+
+
+@torch.no_grad()
+def predict_texts(model, tokenizer, texts: list[str], max_length: int = 256, batch_size: int = 32,
+                  device: str = "cpu") -> list[dict[str, Any]]:
+    """Label and probability for each new text, with the model's own label names (chapter A1)."""
+    if isinstance(texts, str) or not all(isinstance(t, str) and t.strip() for t in texts):
+        raise TypeError("texts must be a list of non-empty strings (wrap a single text in a list)")
+    model.eval().to(device)
+    names = getattr(model.config, "id2label", None) or {}
+    out = []
+    for start in range(0, len(texts), batch_size):
+        chunk = texts[start:start + batch_size]
+        batch = tokenizer(chunk, truncation=True, max_length=max_length, padding=True, return_tensors="pt").to(device)
+        probs = model(**batch).logits.float().softmax(-1)
+        for text, p in zip(chunk, probs):
+            k = int(p.argmax())
+            out.append({"text": text, "label": names.get(k, str(k)), "probability": float(p[k])})
+    return out

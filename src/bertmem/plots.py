@@ -30,7 +30,7 @@ def markdown_table(rows: Sequence[dict], columns: Sequence[str] | None = None, f
     """Rows of dicts as a GitHub-flavoured markdown table (chapters 0 and 5)."""
     if not rows:
         raise ValueError("no rows to format")
-    columns = list(columns or rows[0].keys())
+    columns = list(columns or dict.fromkeys(key for row in rows for key in row))  # every key, first-seen order
 
     def cell(value) -> str:
         return format(value, floatfmt) if isinstance(value, float) else str(value)

@@ -179,3 +179,23 @@ def trace_op_dtypes(model: torch.nn.Module, batch: dict, autocast=None) -> dict[
     with torch.no_grad(), (autocast() if autocast is not None else contextlib.nullcontext()), Trace():
         model(**batch)
     return {op: dict(counts) for op, counts in sorted(seen.items())}
+
+
+def diagnose_scale_trace(scale_history: list[float], init_scale: float) -> str:
+    """Read a GradScaler's scale trace: healthy, occasional overflow, or skipping every step (chapter 6)."""
+    if not scale_history:
+        raise ValueError("empty scale history: run some fp16 steps with MixedPrecision first")
+    steps = len(scale_history)
+    previous = [init_scale] + list(scale_history[:-1])
+    skipped = sum(now < before for now, before in zip(scale_history, previous))
+    final = scale_history[-1]
+    summary = f"{skipped} of {steps} steps skipped; scale {init_scale:g} -> {final:g}"
+    tail = min(10, steps)
+    if all(now < before for now, before in zip(scale_history[-tail:], previous[-tail:])):
+        return (f"{summary}. Every recent step overflowed, even at a scale of {final:g}: the fp16 *forward* pass "
+                "overflows (values > 65504), so no loss scale can help. Use bf16, or lower the peak learning rate "
+                "and clip gradients so the weights stop growing.")
+    if skipped > steps // 4:
+        return (f"{summary}. Frequent overflows: the scale keeps hitting fp16's range. Lower the initial scale or "
+                "the peak learning rate; check for inf/NaN in the inputs.")
+    return f"{summary}. Healthy: occasional skipped steps are how dynamic loss scaling finds its scale."

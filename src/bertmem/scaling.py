@@ -1,0 +1,68 @@
+"""Memory per device when data parallelism shards the training state: DDP, ZeRO-1/2/3, FSDP (chapter 7)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+STRATEGIES = ("ddp", "zero1", "zero2", "zero3", "fsdp")
+SHARDED = {  # which of (weights, gradients, optimizer state) are split across the devices
+    "ddp": (False, False, False),
+    "zero1": (False, False, True),
+    "zero2": (False, True, True),
+    "zero3": (True, True, True),
+    "fsdp": (True, True, True),  # FULL_SHARD / FSDP2 fully_shard; reshard_after_forward=False is ZeRO-2-like
+}
+
+
+@dataclass(frozen=True)
+class StateBytes:
+    """Bytes per parameter of weights, gradients and optimizer state (chapter 7).
+
+    The default is this book's recipe: fp32 weights and gradients under autocast, AdamW's two fp32 moments
+    (16 bytes). ZeRO's paper counts fp16 weights and gradients plus an fp32 master copy and moments:
+    StateBytes(2, 2, 12), also 16 bytes in all.
+    """
+
+    weights: int = 4
+    gradients: int = 4
+    optimizer: int = 8
+
+    def __post_init__(self) -> None:
+        if min(self.weights, self.gradients, self.optimizer) < 0:
+            raise ValueError(f"bytes per parameter must be >= 0, got {self}")
+
+
+def per_device_bytes(num_params: int, activation_bytes: int, devices: int, strategy: str = "ddp",
+                     state: StateBytes = StateBytes(), gathered_params: int = 0) -> dict[str, float]:
+    """Weights, gradients, optimizer state and activations held by one of `devices` data-parallel devices.
+
+    Sharded parts are divided by the device count (Rajbhandari et al., 2020). Under ZeRO-3/FSDP a device
+    also holds one wrapped unit's full weights while it computes (`gathered_params`, e.g. one encoder layer).
+    Activations are per device and not sharded: each device runs its own micro-batch.
+    """
+    if strategy not in STRATEGIES:
+        raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
+    if devices < 1 or num_params < 1 or activation_bytes < 0 or gathered_params < 0:
+        raise ValueError(f"need devices >= 1, num_params >= 1 and non-negative byte counts, got devices={devices}, "
+                         f"num_params={num_params}, activation_bytes={activation_bytes}")
+    shard_w, shard_g, shard_o = SHARDED[strategy]
+    out = {"weights": num_params * state.weights / (devices if shard_w else 1),
+           "gradients": num_params * state.gradients / (devices if shard_g else 1),
+           "optimizer_state": num_params * state.optimizer / (devices if shard_o else 1),
+           "activations": float(activation_bytes)}
+    if shard_w and devices > 1:
+        out["gathered_weights"] = float(min(gathered_params, num_params) * state.weights)
+    out["total"] = sum(out.values())
+    return out
+
+
+def sharding_table(num_params: int, activation_bytes: int, device_counts=(1, 2, 4, 8),
+                   state: StateBytes = StateBytes(), gathered_params: int = 0) -> list[dict[str, float]]:
+    """Total bytes per device for every strategy and device count, as table rows (chapter 7)."""
+    rows = []
+    for strategy in STRATEGIES:
+        row: dict = {"strategy": strategy}
+        for n in device_counts:
+            row[n] = per_device_bytes(num_params, activation_bytes, n, strategy, state, gathered_params)["total"]
+        rows.append(row)
+    return rows

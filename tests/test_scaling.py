@@ -1,0 +1,38 @@
+"""Chapter 7: per-device bytes under DDP, ZeRO-1/2/3 and FSDP."""
+
+import pytest
+
+from bertmem.scaling import StateBytes, per_device_bytes, sharding_table
+
+
+def test_zero_stages_follow_the_paper_formulas():
+    psi, n = 1_000_000, 8
+    paper = StateBytes(2, 2, 12)  # fp16 weights + grads, K = 12 bytes of fp32 master weights and Adam moments
+    totals = {s: per_device_bytes(psi, 0, n, s, paper)["total"] for s in ("ddp", "zero1", "zero2", "zero3")}
+    assert totals["ddp"] == 16 * psi
+    assert totals["zero1"] == pytest.approx(4 * psi + 12 * psi / n)
+    assert totals["zero2"] == pytest.approx(2 * psi + 14 * psi / n)
+    assert totals["zero3"] == pytest.approx(16 * psi / n)
+
+
+def test_activations_are_not_sharded_and_fsdp_holds_a_gathered_unit():
+    out = per_device_bytes(100, 5000, 4, "fsdp", gathered_params=10)
+    assert out["activations"] == 5000 and out["weights"] == 100
+    assert out["gathered_weights"] == 40 and out["total"] == 100 + 100 + 200 + 5000 + 40
+    assert "gathered_weights" not in per_device_bytes(100, 0, 1, "fsdp")
+
+
+def test_table_has_every_strategy_and_one_device_equals_ddp():
+    rows = {r["strategy"]: r for r in sharding_table(1000, 10, device_counts=(1, 4))}
+    assert set(rows) == {"ddp", "zero1", "zero2", "zero3", "fsdp"}
+    assert len({r[1] for r in rows.values()}) == 1  # nothing to shard across one device
+    assert rows["zero3"][4] < rows["zero2"][4] < rows["zero1"][4] < rows["ddp"][4]
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="strategy"):
+        per_device_bytes(1, 0, 2, "tensor-parallel")
+    with pytest.raises(ValueError, match="devices"):
+        per_device_bytes(1, 0, 0)
+    with pytest.raises(ValueError):
+        StateBytes(-1, 4, 8)

@@ -1,0 +1,157 @@
+"""The built site, checked like a reader: every page in headless Chromium (issue: the site, checked like a reader).
+
+Builds the site from the committed notebook outputs (no execution) unless BERTMEM_SITE_DIR points at a built one,
+serves it on localhost, and for every page checks: no console errors from our own assets, math rendered by the local
+MathJax, every image loaded, every internal link (and #anchor) resolves, launch buttons on notebook pages. A
+screenshot per page goes to BERTMEM_SCREENSHOTS (default _build/screenshots) for review.
+Needs Debian's chromium and chromium-driver (`.ci/run` installs them); skipped with a message without them.
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from html.parser import HTMLParser
+from pathlib import Path
+from urllib.parse import unquote, urljoin, urlparse
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+DRIVER = shutil.which("chromedriver")
+try:
+    import selenium  # noqa: F401
+except ImportError:  # pragma: no cover - the test extra installs it
+    selenium = None
+
+MISSING = ("needs chromium + chromedriver (apt-get install chromium chromium-driver) and selenium "
+           "(pip install -e '.[test]')")
+if os.environ.get("BERTMEM_REQUIRE_BROWSER") and not (CHROMIUM and DRIVER and selenium):
+    raise RuntimeError(f"BERTMEM_REQUIRE_BROWSER is set but the browser test {MISSING}")
+pytestmark = pytest.mark.skipif(not (CHROMIUM and DRIVER and selenium), reason=MISSING)
+NOTEBOOK_PAGES = sorted(p.stem for p in (ROOT / "book").glob("*.ipynb"))
+
+
+class _Ids(HTMLParser):
+    """Collect every id attribute of a page (link anchors must point at one)."""
+
+    def __init__(self):
+        super().__init__()
+        self.ids: set[str] = set()
+
+    def handle_starttag(self, tag, attrs):
+        for name, value in attrs:
+            if name == "id" and value:
+                self.ids.add(value)
+
+
+@functools.lru_cache(maxsize=None)
+def page_ids(path: Path) -> frozenset[str]:
+    parser = _Ids()
+    parser.feed(path.read_text(encoding="utf-8", errors="replace"))
+    return frozenset(parser.ids)
+
+
+@pytest.fixture(scope="module")
+def site() -> Path:
+    given = os.environ.get("BERTMEM_SITE_DIR")
+    if given:
+        return Path(given)
+    out = ROOT / "_build" / "browser-site"
+    subprocess.run([str(Path(sys.executable).parent / "jupyter-book"), "config", "sphinx", str(ROOT)], check=True,
+                   capture_output=True)
+    try:
+        subprocess.run([sys.executable, "-m", "sphinx", "-b", "html", "-W", "--keep-going", "-q",
+                        "-D", "nb_execution_mode=off", str(ROOT), str(out)], check=True, cwd=ROOT)
+    finally:
+        (ROOT / "conf.py").unlink(missing_ok=True)
+    return out
+
+
+@pytest.fixture(scope="module")
+def base_url(site):
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(site))
+    handler.log_message = lambda *args: None
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/"
+    server.shutdown()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                 "--window-size=1280,1600"):
+        options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=Service(DRIVER), options=options)
+    driver.set_page_load_timeout(60)
+    yield driver
+    driver.quit()
+
+
+def pages(site: Path) -> list[str]:
+    """Every page of the book (index, chapters, appendices, bibliography)."""
+    return ["index.html"] + sorted(str(p.relative_to(site)) for p in (site / "book").glob("*.html"))
+
+
+def test_every_page_loads_renders_math_images_and_links(site, base_url, browser):
+    shots = Path(os.environ.get("BERTMEM_SCREENSHOTS", ROOT / "_build" / "screenshots"))
+    shots.mkdir(parents=True, exist_ok=True)
+    problems, checked = [], 0
+    for page in pages(site):
+        browser.get(urljoin(base_url, page))
+        browser.execute_script("return document.readyState")
+        has_math = (site / page).read_text(encoding="utf-8").count("\\(") + (site / page).read_text(
+            encoding="utf-8").count("\\[") > 0
+        if has_math:  # wait for MathJax (served from this site) to typeset
+            from selenium.webdriver.support.ui import WebDriverWait
+
+            try:
+                WebDriverWait(browser, 30).until(
+                    lambda d: d.execute_script("return document.querySelectorAll('mjx-container').length") > 0)
+            except Exception:
+                problems.append(f"{page}: math not rendered (no mjx-container after 30 s)")
+        for entry in browser.get_log("browser"):
+            if entry["level"] == "SEVERE" and base_url.rstrip("/") in entry["message"]:
+                problems.append(f"{page}: console error from our assets: {entry['message'][:200]}")
+        broken = browser.execute_script(
+            "return Array.from(document.images).filter(i => !i.complete || i.naturalWidth === 0).map(i => i.src)")
+        problems += [f"{page}: image did not load: {src}" for src in broken]
+        hrefs = browser.execute_script("return Array.from(document.querySelectorAll('a[href]')).map(a => a.href)")
+        for href in hrefs:
+            url = urlparse(href)
+            if not href.startswith(base_url):
+                continue
+            target = site / unquote(url.path[1:] or "index.html")
+            if target.is_dir():
+                target = target / "index.html"
+            if not target.is_file():
+                problems.append(f"{page}: broken link {href}")
+            elif url.fragment and target.suffix == ".html" and unquote(url.fragment) not in page_ids(target):
+                problems.append(f"{page}: link to a missing anchor {href}")
+        stem = Path(page).stem
+        if stem in NOTEBOOK_PAGES and not any("colab.research.google.com" in h for h in hrefs):
+            problems.append(f"{page}: no Colab launch button")
+        browser.save_screenshot(str(shots / (page.replace("/", "_").removesuffix(".html") + ".png")))
+        checked += 1
+    assert checked >= len(NOTEBOOK_PAGES) + 3, f"only {checked} pages checked"
+    assert not problems, "\n".join(problems)
+
+
+def test_bibliography_page_lists_the_references(site):
+    html = (site / "book" / "bibliography.html").read_text(encoding="utf-8")
+    assert html.count('class="citation"') + html.count("role=\"doc-biblioentry\"") + html.count("<dt") >= 10
+    assert "Rajbhandari" in html and "Devlin" in html
