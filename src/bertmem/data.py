@@ -100,10 +100,11 @@ def normalize_labels(labels: pd.Series) -> tuple[np.ndarray, list[str]]:
         as_text = labels.astype(str)
         names = sorted(as_text.unique())
         mapping = {name: i for i, name in enumerate(names)}
-        print(f"string labels mapped to ids: {mapping}")
         values = as_text.map(mapping).to_numpy(dtype=np.int64)
     if len(names) < 2:
         raise ValueError(f"only one class ({names}) in the labels: a classifier needs at least two")
+    if not pd.api.types.is_integer_dtype(labels):
+        print(f"string labels mapped to ids: {mapping}")
     return values, names
 
 

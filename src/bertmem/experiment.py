@@ -148,13 +148,13 @@ def run_backend(backend: str, model, train_loader, config: TrainConfig, eval_loa
 
 def write_outputs(folder: Path, run: RunConfig, config: TrainConfig, summary: dict, result: TrainResult,
                   model, tokenizer) -> None:
-    """metrics.json, config.json, loss.png (and the model) from the main process; rank<r>.json from each."""
+    """metrics.json, config.json, loss.png (and the model) from the main process; rank<r>.json from each of several."""
     folder.mkdir(parents=True, exist_ok=True)
-    rank = result.rank
-    rank_info = {k: summary[k] for k in ("parameter_checksum", "rank_bytes", "num_processes")}
-    rank_info["losses"] = result.losses
-    (folder / f"rank{rank}.json").write_text(json.dumps(rank_info, indent=1))
-    if rank != 0:
+    if result.num_processes > 1:  # what each data-parallel process holds and saw (chapter 7)
+        rank_info = {k: summary[k] for k in ("parameter_checksum", "rank_bytes", "num_processes")}
+        rank_info["losses"] = result.losses
+        (folder / f"rank{result.rank}.json").write_text(json.dumps(rank_info, indent=1))
+    if result.rank != 0:
         return
     (folder / "metrics.json").write_text(json.dumps(summary, indent=1, default=str))
     (folder / "config.json").write_text(json.dumps({"run": asdict(run), "train": asdict(config)}, indent=1))

@@ -81,6 +81,9 @@ def train_with_trainer(model: torch.nn.Module, train_loader, config, output_dir:
             return train_loader
 
     trainer = LoaderTrainer(model=model, args=args, optimizers=(optimizer, scheduler))
+    from transformers.trainer_callback import PrinterCallback
+
+    trainer.remove_callback(PrinterCallback)  # the log goes into the TrainResult, not to stdout
     trainer.model_accepts_loss_kwargs = False  # chapter 2: mean over the effective batch
     trainer.train()
     result = TrainResult(precision=choice.precision)
