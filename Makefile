@@ -37,7 +37,7 @@ book: install
 # Sphinx build of the committed notebook outputs without executing them (fast; CI uses it).
 site-check: install
 	$(VENV)/bin/jupyter-book config sphinx . >/dev/null
-	$(PY) -m sphinx -b html -W --keep-going -q -D nb_execution_mode=off . _build/site-check
+	PYTHONPATH=book/_ext $(PY) -m sphinx -b html -W --keep-going -q -D nb_execution_mode=off . _build/site-check
 	rm -f conf.py
 
 clean:

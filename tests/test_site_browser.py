@@ -67,8 +67,10 @@ def site() -> Path:
     subprocess.run([str(Path(sys.executable).parent / "jupyter-book"), "config", "sphinx", str(ROOT)], check=True,
                    capture_output=True)
     try:
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT / "book" / "_ext"),
+                                                                          os.environ.get("PYTHONPATH")])))
         subprocess.run([sys.executable, "-m", "sphinx", "-b", "html", "-W", "--keep-going", "-q",
-                        "-D", "nb_execution_mode=off", str(ROOT), str(out)], check=True, cwd=ROOT)
+                        "-D", "nb_execution_mode=off", str(ROOT), str(out)], check=True, cwd=ROOT, env=env)
     finally:
         (ROOT / "conf.py").unlink(missing_ok=True)
     return out
@@ -76,8 +78,11 @@ def site() -> Path:
 
 @pytest.fixture(scope="module")
 def base_url(site):
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(site))
-    handler.log_message = lambda *args: None
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args):  # keep pytest's output readable
+            pass
+
+    handler = functools.partial(Quiet, directory=str(site))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield f"http://127.0.0.1:{server.server_address[1]}/"
