@@ -8,7 +8,8 @@ import torch
 from bertmem.batching import LengthGroupedBatchSampler, padding_share
 from bertmem.checkpoint import CHECKPOINT_NAME, atomic_save, load_checkpoint
 from bertmem.data import EncodedDataset, make_loader
-from bertmem.models import classifier_from_config, load_tokenizer, tiny_bert_config
+from bertmem.faults import interrupt_after, out_of_memory_above
+from bertmem.models import load_tokenizer, tiny_classifier
 from bertmem.profile import MINILM_ID
 from bertmem.train import TrainConfig, make_optimizer_and_scheduler, train
 
@@ -32,8 +33,7 @@ def varied_dataset():
 
 
 def fresh_model():
-    torch.manual_seed(0)
-    return classifier_from_config(tiny_bert_config(hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1))
+    return tiny_classifier(seed=0, dropout=0.1)
 
 
 def test_length_grouped_sampler_covers_every_example_once_per_epoch(varied_dataset):
@@ -75,17 +75,7 @@ def test_resume_after_interrupt_gives_identical_weights(tmp_path, varied_dataset
     expected = train(reference, loader(), TrainConfig(**config))
 
     folder = str(tmp_path / "run")
-    model = fresh_model()
-    calls = {"n": 0}
-    original = model.forward
-
-    def interrupting_forward(*args, **kwargs):  # Ctrl-C in the middle of a window of epoch 2
-        calls["n"] += 1
-        if calls["n"] == 12 + 7:
-            raise KeyboardInterrupt
-        return original(*args, **kwargs)
-
-    model.forward = interrupting_forward
+    model = interrupt_after(fresh_model(), 12 + 7)  # Ctrl-C in the middle of a window of epoch 2
     with pytest.raises(KeyboardInterrupt), pytest.warns(UserWarning, match="interrupted"):
         train(model, loader(), TrainConfig(**config, checkpoint_dir=folder, checkpoint_every=4))
     saved = load_checkpoint(folder)
@@ -121,24 +111,12 @@ def test_atomic_save_keeps_the_old_file_when_writing_fails(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == [CHECKPOINT_NAME]
 
 
-def oom_above(model, limit):
-    original = model.forward
-
-    def forward(*args, **kwargs):
-        if kwargs["input_ids"].shape[0] > limit:
-            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
-        return original(*args, **kwargs)
-
-    model.forward = forward
-    return model
-
-
 def test_oom_backoff_halves_micro_batch_and_keeps_the_gradient(tiny_batches):
     config = dict(epochs=1, learning_rate=1e-3, progress=False, max_grad_norm=None)
     with pytest.raises(torch.OutOfMemoryError):
-        train(oom_above(fresh_model(), 2), tiny_batches, TrainConfig(**config))
+        train(out_of_memory_above(fresh_model(), 2), tiny_batches, TrainConfig(**config))
     with pytest.warns(UserWarning, match="effective batch unchanged: 8"):
-        backed = train(oom_above(fresh_model(), 2), tiny_batches, TrainConfig(**config, oom_backoff=True))
+        backed = train(out_of_memory_above(fresh_model(), 2), tiny_batches, TrainConfig(**config, oom_backoff=True))
     assert backed.backoffs == [{"step": 1, "splits": 4}]  # 8 -> 4 -> 2 examples per micro-batch
     halves = [{k: v[i:i + 2] for k, v in b.items()} for b in tiny_batches for i in range(0, 8, 2)]
     reference = train(fresh_model(), halves, TrainConfig(**config, accumulation_steps=4))
@@ -147,7 +125,7 @@ def test_oom_backoff_halves_micro_batch_and_keeps_the_gradient(tiny_batches):
 
 def test_oom_backoff_gives_up_at_one_example(tiny_batches):
     with pytest.raises(RuntimeError, match="one example"):
-        train(oom_above(fresh_model(), 0), tiny_batches, TrainConfig(oom_backoff=True, progress=False))
+        train(out_of_memory_above(fresh_model(), 0), tiny_batches, TrainConfig(oom_backoff=True, progress=False))
 
 
 def test_fused_adamw_where_supported_and_gradient_checkpointing(tiny_batches):
@@ -162,3 +140,10 @@ def test_fused_adamw_where_supported_and_gradient_checkpointing(tiny_batches):
                          TrainConfig(progress=False, learning_rate=1e-3, gradient_checkpointing=True))
     assert checkpointed_model.is_activation_checkpointing
     assert checkpointed.losses == pytest.approx(plain.losses, rel=1e-5)
+
+
+def test_fault_injection_helpers_check_their_arguments():
+    with pytest.raises(ValueError, match="calls"):
+        interrupt_after(fresh_model(), 0)
+    with pytest.raises(ValueError, match="max_examples"):
+        out_of_memory_above(fresh_model(), -1)

@@ -146,3 +146,10 @@ def enable_gradient_checkpointing(model: torch.nn.Module) -> None:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
     else:
         raise TypeError(f"{type(model).__name__} cannot checkpoint activations: use a transformers model")
+
+
+def tiny_classifier(seed: int = 0, dropout: float = 0.1, **overrides):
+    """A seeded tiny random BERT classifier: the same weights on every call (demos in chapters 5-6, tests)."""
+    torch.manual_seed(seed)
+    config = tiny_bert_config(hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout, **overrides)
+    return classifier_from_config(config)
