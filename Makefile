@@ -25,7 +25,7 @@ unit: install
 	$(PY) -m pytest tests
 
 notebooks: install
-	$(PY) -m pytest --nbval-lax --nbval-cell-timeout=900 book/
+	$(PY) -m pytest --nbval-lax --nbval-cell-timeout=900 --nbval-sanitize-with nbval-sanitize.cfg book/
 
 test: unit notebooks
 
