@@ -30,6 +30,14 @@ def reviews_csv(tmp_path_factory):
     return path
 
 
+@pytest.fixture(scope="module")
+def plain_csv(reviews_csv):
+    """The same reviews with the default column names `text` and `label` (what BenchConfig reads)."""
+    path = reviews_csv.with_name("plain.csv")
+    pd.read_csv(reviews_csv).rename(columns={"review": "text", "sentiment": "label"}).to_csv(path, index=False)
+    return path
+
+
 def cli_args(csv, out, *extra):
     return ["train", "--model", "tiny-bert", "--dataset", str(csv), "--text-column", "review",
             "--label-column", "sentiment", "--train-size", "64", "--eval-size", "24", "--max-length", "32",
@@ -145,9 +153,7 @@ def test_fsdp_on_two_cpu_processes_shards_weights_and_adam_state(tmp_path, revie
     assert per_strategy["fsdp"][0]["parameter_checksum"] == per_strategy["fsdp"][1]["parameter_checksum"]
 
 
-def test_bench_runs_every_variant_and_writes_tables(tmp_path, reviews_csv):
-    plain_csv = tmp_path / "plain.csv"
-    pd.read_csv(reviews_csv).rename(columns={"review": "text", "sentiment": "label"}).to_csv(plain_csv, index=False)
+def test_bench_runs_every_variant_and_writes_tables(tmp_path, plain_csv):
     bench = BenchConfig(model="tiny-bert", dataset=str(plain_csv), train_size=48, eval_size=16, max_length=32,
                         effective_batch=8, learning_rate=1e-3, progress=False)
     result = run_bench(bench)
@@ -211,7 +217,7 @@ def test_shipped_accelerate_configs_load(name, kind):
         assert zero["zero_optimization"]["stage"] == 2
 
 
-def test_a_variant_that_runs_out_of_memory_is_reported_not_fatal(tmp_path, reviews_csv, monkeypatch):
+def test_a_variant_that_runs_out_of_memory_is_reported_not_fatal(tmp_path, plain_csv, monkeypatch):
     import bertmem.bench as bench_module
 
     real = bench_module.measure_step_memory
@@ -222,8 +228,6 @@ def test_a_variant_that_runs_out_of_memory_is_reported_not_fatal(tmp_path, revie
         return real(model, batch, **kwargs)
 
     monkeypatch.setattr(bench_module, "measure_step_memory", too_big)
-    plain_csv = tmp_path / "plain.csv"
-    pd.read_csv(reviews_csv).rename(columns={"review": "text", "sentiment": "label"}).to_csv(plain_csv, index=False)
     bench = BenchConfig(model="tiny-bert", dataset=str(plain_csv), train_size=24, eval_size=8, max_length=16,
                         effective_batch=8, progress=False, variants=("fp32 baseline", "accumulation ×4"))
     result = run_bench(bench)
