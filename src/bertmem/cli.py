@@ -62,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--oom-backoff", action="store_true", help="halve the micro-batch on CUDA out-of-memory")
     t.add_argument("--checkpoint-every", type=int, default=None, help="save a checkpoint every N optimizer steps")
     t.add_argument("--resume", action="store_true", help="continue from OUTPUT_DIR/checkpoint.pt")
+    t.add_argument("--overwrite", action="store_true", help="replace the results of a previous run in OUTPUT_DIR")
     t.add_argument("--backend", choices=("plain", "accelerate", "trainer"), default="plain",
                    help="accelerate: run under `accelerate launch` for several processes")
     t.add_argument("--save-model", action="store_true", help="save the fine-tuned model to OUTPUT_DIR/model")
@@ -84,7 +85,7 @@ def train_main(args: argparse.Namespace) -> dict:
                     eval_size=args.eval_size, max_length=args.max_length, batch_size=args.batch_size,
                     group_by_length=not args.no_group_by_length, pad_to_max_length=args.pad_to_max_length,
                     attention=args.attention, backend=args.backend, output_dir=args.output_dir,
-                    save_model=args.save_model)
+                    save_model=args.save_model, overwrite=args.overwrite)
     config = TrainConfig(epochs=args.epochs, learning_rate=args.lr, weight_decay=args.weight_decay,
                          warmup_ratio=args.warmup_ratio, seed=args.seed, device=args.device,
                          max_steps=args.max_steps, progress=not args.no_progress,
@@ -115,13 +116,20 @@ def bench_main(args: argparse.Namespace) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the `bertmem` console script; bad arguments exit with status 2 and a message."""
+    """Entry point of the `bertmem` console script: bad arguments exit 2, an interrupted run 130/143, one line each."""
+    from .interrupts import TrainingInterrupted, sigterm_interrupts
+
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        (train_main if args.command == "train" else bench_main)(args)
+        with sigterm_interrupts():  # also while data and model load: no traceback on SIGTERM
+            (train_main if args.command == "train" else bench_main)(args)
     except (ValueError, TypeError, FileNotFoundError) as err:
         parser.exit(2, f"bertmem {args.command}: error: {err}\n")
+    except KeyboardInterrupt as stop:  # Ctrl-C or SIGTERM: the checkpoint (if any) is already saved
+        message = str(stop) if isinstance(stop, TrainingInterrupted) else "interrupted"
+        code = stop.exit_code if isinstance(stop, TrainingInterrupted) else 130
+        parser.exit(code, f"bertmem {args.command}: {message or 'interrupted'}\n")
     return 0
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import warnings
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -56,6 +57,12 @@ def _load_hub(hub_id: str, split: str) -> pd.DataFrame:
                          "or pass a local file.") from err
 
 
+def looks_like_path(name: str) -> bool:
+    """A name that can only mean a local file: a data-file suffix, a path prefix, or more than one '/'."""
+    return (Path(name).suffix.lower() in FILE_READERS or name.startswith((".", "/", "~"))
+            or name.count("/") > 1 or "\\" in name)
+
+
 def read_split(source: str | os.PathLike, split: str = "train", mirror: str | os.PathLike | None = None) -> pd.DataFrame:
     """Raw rows of a dataset name, a file, a folder of <split>.<ext> files, or a Hub id (chapter 0)."""
     path = Path(source).expanduser()
@@ -77,18 +84,26 @@ def read_split(source: str | os.PathLike, split: str = "train", mirror: str | os
                                  f"{sorted(p.name for p in (folder / name).glob('*.parquet'))}")
             return pd.read_parquet(file)
         return _load_hub(HUB_IDS[name], split)
-    if "/" in name and not name.startswith((".", "/")):
+    if looks_like_path(name):
+        raise FileNotFoundError(f"no such file or folder: {path}")
+    if "/" in name:
         return _load_hub(name, split)
     raise ValueError(f"unknown dataset {name!r}: use one of {sorted(HUB_IDS)}, a Hub id such as 'user/name', "
                      "or the path of a .csv/.json/.jsonl/.parquet file")
 
 
-def normalize_labels(labels: pd.Series) -> tuple[np.ndarray, list[str]]:
-    """Labels as ints 0..K-1 plus their names; strings are mapped in sorted order and the mapping printed."""
+def normalize_labels(labels: pd.Series, label_names: Sequence[str] | None = None) -> tuple[np.ndarray, list[str]]:
+    """Labels as ints 0..K-1 plus their names; strings are stripped, mapped in sorted order and printed.
+
+    With `label_names` (the training split's names) the labels are encoded with that mapping instead, so an
+    evaluation split holding only some classes keeps the training ids; an unseen label is an error (chapter A1).
+    """
     if labels.isna().any():
         raise ValueError(f"{int(labels.isna().sum())} rows have no label: drop or fill them first")
     if pd.api.types.is_bool_dtype(labels) or pd.api.types.is_float_dtype(labels):
         raise ValueError(f"labels must be integers 0..K-1 or strings, got dtype {labels.dtype}")
+    if label_names is not None:
+        return encode_with_names(labels, list(label_names)), list(label_names)
     if pd.api.types.is_integer_dtype(labels):
         values = labels.to_numpy(dtype=np.int64)
         present = sorted(set(values.tolist()))
@@ -97,8 +112,9 @@ def normalize_labels(labels: pd.Series) -> tuple[np.ndarray, list[str]]:
                              "remap them (e.g. {-1: 0, 1: 1}) before loading")
         names = [str(v) for v in present]
     else:
-        as_text = labels.astype(str)
+        as_text = labels.astype(str).str.strip()  # "pos " and "pos" are one class
         names = sorted(as_text.unique())
+        warn_case_duplicates(names)
         mapping = {name: i for i, name in enumerate(names)}
         values = as_text.map(mapping).to_numpy(dtype=np.int64)
     if len(names) < 2:
@@ -108,8 +124,34 @@ def normalize_labels(labels: pd.Series) -> tuple[np.ndarray, list[str]]:
     return values, names
 
 
-def prepare_frame(raw: pd.DataFrame, text_column: str = "text", label_column: str = "label") -> pd.DataFrame:
-    """Validate raw rows and return a frame with `text` and integer `label` (names in attrs) (chapter 0)."""
+def warn_case_duplicates(names: Sequence[str]) -> None:
+    """Warn when two label names differ only in case ("Pos" and "pos"): probably one class (chapter A1)."""
+    groups: dict[str, list[str]] = {}
+    for name in names:
+        groups.setdefault(name.casefold(), []).append(name)
+    clashes = [group for group in groups.values() if len(group) > 1]
+    if clashes:
+        warnings.warn(f"label names that differ only in case are separate classes: {clashes}; "
+                      "lower-case the label column first if they mean the same class", stacklevel=3)
+
+
+def encode_with_names(labels: pd.Series, names: list[str]) -> np.ndarray:
+    """Encode labels with a given id mapping (the training split's); unseen labels are an error (chapter A1)."""
+    as_text = labels.astype(str).str.strip()
+    mapping = {name: i for i, name in enumerate(names)}
+    unseen = sorted(set(as_text) - set(mapping))
+    if unseen:
+        raise ValueError(f"evaluation labels {unseen[:10]} never occur in the training data (classes: {names}): "
+                         "fix the labels, or train on data that has these classes")
+    return as_text.map(mapping).to_numpy(dtype=np.int64)
+
+
+def prepare_frame(raw: pd.DataFrame, text_column: str = "text", label_column: str = "label",
+                  label_names: Sequence[str] | None = None) -> pd.DataFrame:
+    """Validate raw rows and return a frame with `text` and integer `label` (names in attrs) (chapter 0).
+
+    Pass the training frame's `label_names` when preparing evaluation rows: same classes, same ids.
+    """
     if not isinstance(raw, pd.DataFrame):
         raise TypeError(f"expected a pandas DataFrame, got {type(raw).__name__}")
     missing = [c for c in (text_column, label_column) if c not in raw.columns]
@@ -124,7 +166,7 @@ def prepare_frame(raw: pd.DataFrame, text_column: str = "text", label_column: st
     empty = int((texts.str.strip() == "").sum())
     if empty:
         raise ValueError(f"{empty} rows have empty text in {text_column!r}: drop them first")
-    labels, names = normalize_labels(raw[label_column])
+    labels, names = normalize_labels(raw[label_column], label_names)
     frame = pd.DataFrame({"text": texts.to_numpy(), "label": labels})
     frame.attrs["label_names"] = names
     return frame
@@ -132,9 +174,13 @@ def prepare_frame(raw: pd.DataFrame, text_column: str = "text", label_column: st
 
 def load_text_classification(source: str | os.PathLike, split: str = "train", *, text_column: str = "text",
                              label_column: str = "label", mirror: str | os.PathLike | None = None,
-                             size: int | None = None, seed: int = 0) -> pd.DataFrame:
-    """Load, validate and (optionally) hash-subsample one split, balanced per label (chapter 0)."""
-    frame = prepare_frame(read_split(source, split, mirror), text_column, label_column)
+                             size: int | None = None, seed: int = 0,
+                             label_names: Sequence[str] | None = None) -> pd.DataFrame:
+    """Load, validate and (optionally) hash-subsample one split, balanced per label (chapter 0).
+
+    `label_names`: encode with the training split's classes (for evaluation data, chapter A1).
+    """
+    frame = prepare_frame(read_split(source, split, mirror), text_column, label_column, label_names)
     return frame if size is None else subsample(frame, size, seed=seed)
 
 
@@ -258,3 +304,23 @@ def token_length_stats(texts: Sequence[str], tokenizer, max_length: int = 512) -
         "frac_truncated": float((lengths > max_length).mean()),
         "lengths": lengths,
     }
+
+
+def dataset_fingerprint(examples) -> str:
+    """A short hash of every example's token ids and label, in order: checkpoints compare it on resume (chapter 5).
+
+    Works for an `EncodedDataset`, any map-style dataset of dicts, or a list of batches.
+    """
+    digest = hashlib.sha256()
+    if isinstance(examples, EncodedDataset):
+        for ids in examples.encodings["input_ids"]:
+            digest.update(np.asarray(ids, dtype=np.int64).tobytes())
+        digest.update(np.asarray(examples.labels, dtype=np.int64).tobytes())
+        return digest.hexdigest()[:16]
+    for index in range(len(examples)):
+        item = examples[index]
+        for key in sorted(item):
+            value = item[key]
+            array = value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
+            digest.update(key.encode() + array.tobytes())
+    return digest.hexdigest()[:16]

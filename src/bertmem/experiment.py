@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import json
 import platform
+import shutil
+import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from .checkpoint import CHECKPOINT_NAME
 from .data import EVAL_SPLITS, HUB_IDS, load_text_classification, make_loader, subsample, tokenize_frame
 from .models import ATTENTION_IMPLEMENTATIONS, classifier_from_config, load_classifier, load_tokenizer, tiny_bert_config
-from .profile import MINILM_ID
+from .devices import require_device
+from .profile import MINILM_ID, seed_everything
 from .train import TrainConfig, TrainResult, train
 
 BACKENDS = ("plain", "accelerate", "trainer")
@@ -38,6 +42,7 @@ class RunConfig:
     backend: str = "plain"
     output_dir: str | None = None
     save_model: bool = False
+    overwrite: bool = False  # replace a previous run's results in output_dir (else such a folder is refused)
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -55,14 +60,19 @@ class RunConfig:
 
 
 def load_frames(run: RunConfig, seed: int = 0):
-    """Train and eval frames: named dataset splits, or a file with an eval file or rows held out (chapter A1)."""
+    """Train and eval frames: named dataset splits, or a file with an eval file or rows held out (chapter A1).
+
+    Evaluation labels are encoded with the training labels' ids; a label training never saw is an error here,
+    before any model is loaded.
+    """
     kw = dict(text_column=run.text_column, label_column=run.label_column, seed=seed)
     named = run.dataset in HUB_IDS
     if run.eval_dataset is not None or named:
         source = run.eval_dataset or run.dataset
         split = EVAL_SPLITS.get(source, "validation")  # a file ignores the split name
         train_frame = load_text_classification(run.dataset, "train", size=run.train_size, **kw)
-        eval_frame = load_text_classification(source, split, size=run.eval_size, **kw)
+        eval_frame = load_text_classification(source, split, size=run.eval_size,
+                                              label_names=train_frame.attrs["label_names"], **kw)
         return train_frame, eval_frame
     everything = load_text_classification(run.dataset, "train", **kw)
     held = run.eval_size or max(2, len(everything) // 5)
@@ -72,7 +82,10 @@ def load_frames(run: RunConfig, seed: int = 0):
     eval_frame = subsample(everything, held, seed=seed)
     rest = everything[~everything["text"].isin(set(eval_frame["text"]))].reset_index(drop=True)
     rest.attrs = dict(everything.attrs)
-    train_frame = rest if run.train_size is None else subsample(rest, min(run.train_size, len(rest)), seed=seed)
+    if run.train_size is not None and run.train_size > len(rest):
+        raise ValueError(f"train_size={run.train_size} but {run.dataset} has only {len(rest)} rows left after "
+                         f"holding out {held} for evaluation: ask for at most {len(rest)} (or 'all')")
+    train_frame = rest if run.train_size is None else subsample(rest, run.train_size, seed=seed)
     return train_frame, eval_frame
 
 
@@ -84,7 +97,6 @@ def build_model(run: RunConfig, label_names: list[str]):
                                   max_position_embeddings=max(128, run.max_length), hidden_dropout_prob=0.0,
                                   attention_probs_dropout_prob=0.0,
                                   id2label=dict(enumerate(label_names)), label2id={n: i for i, n in enumerate(label_names)})
-        torch.manual_seed(0)
         return classifier_from_config(config, run.attention), tokenizer
     return load_classifier(run.model, len(label_names), run.attention, label_names), load_tokenizer(run.model)
 
@@ -110,8 +122,12 @@ def parameter_checksum(model: torch.nn.Module) -> float:
 
 def run_experiment(run: RunConfig, config: TrainConfig) -> dict[str, Any]:
     """Load data and model, train with the chosen backend, evaluate, write the output folder (chapter 5)."""
+    require_device(config.device)
+    if run.output_dir:  # before any data or model is loaded: a bad folder must not cost a training run
+        prepare_output_dir(run, resume=config.resume)
     train_frame, eval_frame = load_frames(run, seed=config.seed)
     names = train_frame.attrs["label_names"]
+    seed_everything(config.seed)  # the new classifier head is drawn here: same seed, same run
     model, tokenizer = build_model(run, names)
     train_set = tokenize_frame(train_frame, tokenizer, run.max_length)
     pad = run.max_length if run.pad_to_max_length else None
@@ -119,7 +135,8 @@ def run_experiment(run: RunConfig, config: TrainConfig) -> dict[str, Any]:
                                group_by_length=run.group_by_length, pad_to_max_length=pad)
     eval_loader = make_loader(tokenize_frame(eval_frame, tokenizer, run.max_length), tokenizer, 2 * run.batch_size,
                               group_by_length=run.group_by_length, pad_to_max_length=pad)
-    result = run_backend(run.backend, model, train_loader, config, eval_loader)
+    identity = dict(asdict(run), train_examples=len(train_frame), label_names=list(names))
+    result = run_backend(run.backend, model, train_loader, config, eval_loader, identity)
     summary = {"final": result.final_metrics, "epochs": result.epochs, "history": result.history,
                "precision": result.precision, "skipped_steps": result.skipped_steps, "backoffs": result.backoffs,
                "num_processes": result.num_processes, "rank": result.rank, "rank_bytes": result.rank_bytes,
@@ -130,7 +147,8 @@ def run_experiment(run: RunConfig, config: TrainConfig) -> dict[str, Any]:
     return summary
 
 
-def run_backend(backend: str, model, train_loader, config: TrainConfig, eval_loader) -> TrainResult:
+def run_backend(backend: str, model, train_loader, config: TrainConfig, eval_loader,
+                settings: dict[str, Any] | None = None) -> TrainResult:
     """Train with bertmem's loop, Accelerate or the HF Trainer (same recipe, same batches) (chapter 5)."""
     if backend == "accelerate":
         from .accelerate_loop import train_with_accelerate
@@ -143,7 +161,51 @@ def run_backend(backend: str, model, train_loader, config: TrainConfig, eval_loa
         result = train_with_trainer(model, train_loader, config)
         result.epochs.append(evaluate(model, eval_loader, config.device))
         return result
-    return train(model, train_loader, config, eval_loader)
+    return train(model, train_loader, config, eval_loader, settings)
+
+
+RUN_FILES = ("metrics.json", "config.json", "loss.png", CHECKPOINT_NAME)  # what a run leaves in its folder
+
+
+def previous_run_files(folder: Path) -> list[Path]:
+    """The files and folders a bertmem run leaves behind in `folder` (chapter A1)."""
+    found = [folder / name for name in RUN_FILES if (folder / name).exists()]
+    found += sorted(folder.glob("rank*.json"))
+    if (folder / "model").is_dir():
+        found.append(folder / "model")
+    return found
+
+
+def prepare_output_dir(run: RunConfig, resume: bool = False) -> Path:
+    """Check the output folder before any work: creatable, writable, not the model, no older run (chapter A1).
+
+    With `run.overwrite` a previous run's files are removed (an old model/ must not sit next to new
+    metrics); with `resume` they are kept, since the checkpoint is what the run continues from.
+    """
+    folder = Path(run.output_dir).expanduser()
+    if folder.exists() and not folder.is_dir():
+        raise ValueError(f"output_dir {folder} is a file, not a folder: choose another --output-dir")
+    model_dir = Path(run.model).expanduser()
+    written = [folder, folder / "model"] if run.save_model else [folder]  # where config.json files are written
+    if model_dir.is_dir() and model_dir.resolve() in [w.resolve() for w in written]:
+        raise ValueError(f"output_dir {folder} holds the model being fine-tuned ({run.model}): writing results "
+                         "there would replace its files; choose another --output-dir")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as err:
+        raise ValueError(f"output_dir {folder} cannot be created or written ({err.strerror or err}): "
+                         "choose a writable --output-dir") from None
+    previous = previous_run_files(folder)
+    if previous and not (run.overwrite or resume):
+        names = ", ".join(p.name for p in previous)
+        raise ValueError(f"output_dir {folder} already holds a run ({names}): pass --overwrite (overwrite=True) "
+                         "to replace it, --resume to continue it, or choose another --output-dir")
+    if previous and run.overwrite and not resume:
+        for path in previous:
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+    return folder
 
 
 def write_outputs(folder: Path, run: RunConfig, config: TrainConfig, summary: dict, result: TrainResult,

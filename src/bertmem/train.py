@@ -5,8 +5,7 @@ from __future__ import annotations
 import itertools
 import math
 import time
-import warnings
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable
 
 import numpy as np
@@ -15,7 +14,11 @@ from torch.utils.data import DataLoader
 
 from .accumulation import WEIGHTINGS, backward_with_backoff, check_dataset_fits, windows
 from .models import enable_gradient_checkpointing
-from .checkpoint import capture_rng, load_checkpoint, restore_rng, save_checkpoint
+from .checkpoint import (capture_rng, check_resume_settings, load_checkpoint, load_model_state, restore_rng,
+                         save_checkpoint)
+from .data import dataset_fingerprint
+from .devices import require_device
+from .interrupts import TrainingInterrupted, sigterm_interrupts
 from .precision import REQUESTS, MixedPrecision, check_finite, choose_precision
 from .profile import progress as progress_bar
 from .profile import seed_everything
@@ -49,18 +52,18 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if not isinstance(self.epochs, int) or self.epochs < 1:
             raise ValueError(f"epochs must be an int >= 1, got {self.epochs!r}")
-        if not self.learning_rate > 0:
-            raise ValueError(f"learning_rate must be > 0, got {self.learning_rate}")
-        if self.weight_decay < 0:
-            raise ValueError(f"weight_decay must be >= 0, got {self.weight_decay}")
+        if not (math.isfinite(self.learning_rate) and self.learning_rate > 0):
+            raise ValueError(f"learning_rate must be a finite number > 0, got {self.learning_rate}")
+        if not (math.isfinite(self.weight_decay) and self.weight_decay >= 0):
+            raise ValueError(f"weight_decay must be a finite number >= 0, got {self.weight_decay}")
         if not 0 <= self.warmup_ratio < 1:
             raise ValueError(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
         if not isinstance(self.accumulation_steps, int) or self.accumulation_steps < 1:
             raise ValueError(f"accumulation_steps must be an int >= 1, got {self.accumulation_steps!r}")
         if self.loss_weighting not in WEIGHTINGS:
             raise ValueError(f"loss_weighting must be one of {WEIGHTINGS}, got {self.loss_weighting!r}")
-        if self.max_grad_norm is not None and not self.max_grad_norm > 0:
-            raise ValueError(f"max_grad_norm must be > 0 or None, got {self.max_grad_norm}")
+        if self.max_grad_norm is not None and not (math.isfinite(self.max_grad_norm) and self.max_grad_norm > 0):
+            raise ValueError(f"max_grad_norm must be a finite number > 0 or None, got {self.max_grad_norm}")
         if self.precision not in REQUESTS:
             raise ValueError(f"precision must be one of {REQUESTS}, got {self.precision!r}")
         if self.layerwise_decay is not None and not 0 < self.layerwise_decay <= 1:
@@ -184,15 +187,34 @@ def epoch_batches(loader, epoch: int, skip: int = 0):
     return itertools.islice(iter(loader), skip, None)
 
 
+def run_settings(config: TrainConfig, train_loader, micro_size: int, extra: dict | None = None) -> dict[str, Any]:
+    """What a checkpoint must match to resume: the recipe, the batch and the data's identity (chapter 5)."""
+    dataset = getattr(train_loader, "dataset", None)
+    settings = dict(asdict(config), micro_batch_size=micro_size, train_examples=dataset_size(train_loader),
+                    data_fingerprint=dataset_fingerprint(dataset if dataset is not None else train_loader))
+    settings.update(extra or {})
+    return settings
+
+
 def train(model: torch.nn.Module, train_loader: DataLoader, config: TrainConfig,
-          eval_loader: DataLoader | None = None) -> TrainResult:
-    """Fine-tune: windows of micro-batches (ch. 2), autocast + scaler (ch. 3), layer-wise LRs (ch. 4), checkpoints (ch. 5)."""
+          eval_loader: DataLoader | None = None, settings: dict[str, Any] | None = None) -> TrainResult:
+    """Fine-tune: windows of micro-batches (ch. 2), autocast + scaler (ch. 3), layer-wise LRs (ch. 4), checkpoints (ch. 5).
+
+    `settings`: what the caller knows about the run (model id, dataset name …), stored in checkpoints and
+    compared on resume together with the recipe and the data's fingerprint.
+    """
+    with sigterm_interrupts():  # SIGTERM saves a checkpoint like Ctrl-C does
+        return _train(model, train_loader, config, eval_loader, settings)
+
+
+def _train(model, train_loader, config: TrainConfig, eval_loader, extra_settings) -> TrainResult:
+    """The body of `train`, run with SIGTERM turned into an interrupt."""
     if len(train_loader) == 0:
         raise ValueError("the training loader yields no batches: the dataset is empty")
     micro_size = getattr(train_loader, "batch_size", None) or len(next(iter(train_loader))["labels"])
     check_dataset_fits(dataset_size(train_loader), micro_size * config.accumulation_steps)
     seed_everything(config.seed)
-    device = torch.device(config.device)
+    device = require_device(config.device)
     model.to(device)
     if config.gradient_checkpointing:
         enable_gradient_checkpointing(model)
@@ -205,12 +227,14 @@ def train(model: torch.nn.Module, train_loader: DataLoader, config: TrainConfig,
     amp = MixedPrecision(choice)
     result = TrainResult(precision=choice.precision)
     generator = getattr(train_loader, "generator", None)  # a shuffled DataLoader's order comes from it
-    pos = {"epoch": 1, "micro_batches": 0, "step": 0, "seen": 0, "splits": 1, "skipped": 0,
+    pos = {"epoch": 1, "micro_batches": 0, "step": 0, "seen": 0, "splits": 1, "skipped": 0, "elapsed_s": 0.0,
            "generator": generator.get_state() if generator is not None else None}
     rng = None
+    settings = run_settings(config, train_loader, micro_size, extra_settings) if config.checkpoint_dir else {}
     if config.resume:
         ckpt = load_checkpoint(config.checkpoint_dir)
-        model.load_state_dict(ckpt["model"])
+        check_resume_settings(ckpt["settings"], settings, config.checkpoint_dir)
+        load_model_state(model, ckpt["model"], config.checkpoint_dir)
         optimizer.load_state_dict(ckpt["optimizer"])
         scheduler.load_state_dict(ckpt["scheduler"])
         if ckpt["scaler"] is not None:
@@ -222,7 +246,7 @@ def train(model: torch.nn.Module, train_loader: DataLoader, config: TrainConfig,
         save_checkpoint(config.checkpoint_dir, model=model, optimizer=optimizer, scheduler=scheduler,
                         scaler=amp.scaler if choice.use_scaler else None, rng=rng_state,
                         position=dict(position, skipped=amp.skipped_steps), history=result.history,
-                        epochs=result.epochs)
+                        epochs=result.epochs, settings=settings)
 
     step, splits = pos["step"], pos["splits"]
     for epoch in range(pos["epoch"], config.epochs + 1):
@@ -232,6 +256,7 @@ def train(model: torch.nn.Module, train_loader: DataLoader, config: TrainConfig,
         if generator is not None and pos["generator"] is not None:
             generator.set_state(pos["generator"])  # the order this epoch had when it first ran
         start, done, seen = time.perf_counter(), pos["micro_batches"], pos["seen"]
+        before = pos.get("elapsed_s", 0.0)  # this epoch's training time before an interruption
         batches = epoch_batches(train_loader, epoch, skip=done)
         if rng is not None:
             restore_rng(rng)  # after the loader drew its seeds: the run continues exactly
@@ -264,26 +289,36 @@ def train(model: torch.nn.Module, train_loader: DataLoader, config: TrainConfig,
                 result.history.append(record)
                 bar.set_postfix(loss=f"{loss:.3f}")
                 if config.checkpoint_dir:
-                    boundary = dict(boundary, micro_batches=done, step=step, seen=seen, splits=splits)
+                    boundary = dict(boundary, micro_batches=done, step=step, seen=seen, splits=splits,
+                                    elapsed_s=before + time.perf_counter() - start)
                     boundary_rng = capture_rng()
                     if config.checkpoint_every and step % config.checkpoint_every == 0:
                         checkpoint(boundary, boundary_rng)
                 if step >= total:
                     break
-        except KeyboardInterrupt:
-            if config.checkpoint_dir:
-                checkpoint(boundary, boundary_rng)
-                warnings.warn(f"interrupted: saved a checkpoint at optimizer step {boundary['step']} in "
-                              f"{config.checkpoint_dir}; run again with resume=True to continue", stacklevel=2)
-            raise
-        elapsed = time.perf_counter() - start
+        except KeyboardInterrupt as stop:
+            raise interruption(stop, boundary, boundary_rng, checkpoint, config) from None
+        elapsed = before + time.perf_counter() - start
         record = {"epoch": epoch, "train_time_s": elapsed, "examples": seen, "examples_per_s": seen / elapsed}
         if eval_loader is not None:
             record.update(evaluate(model, eval_loader, config.device, show_progress=config.progress))
         result.epochs.append(record)
-        pos = {"epoch": epoch + 1, "micro_batches": 0, "step": step, "seen": 0, "splits": splits,
+        pos = {"epoch": epoch + 1, "micro_batches": 0, "step": step, "seen": 0, "splits": splits, "elapsed_s": 0.0,
                "generator": generator.get_state() if generator is not None else None}
         if config.checkpoint_dir:
             checkpoint(pos, capture_rng())
     result.skipped_steps = amp.skipped_steps
     return result
+
+
+def interruption(stop: KeyboardInterrupt, boundary: dict, rng_state, checkpoint, config: TrainConfig
+                 ) -> TrainingInterrupted:
+    """Save the last finished optimizer step and say where it is (Ctrl-C or SIGTERM) (chapter 5)."""
+    name = getattr(stop, "signal_name", "SIGINT")
+    label = "Ctrl-C" if name == "SIGINT" else name
+    if not config.checkpoint_dir:
+        return TrainingInterrupted(f"interrupted by {label} after optimizer step {boundary['step']}; no checkpoint "
+                                   "was kept (set checkpoint_dir, or --checkpoint-every, to keep progress)", name)
+    checkpoint(boundary, rng_state)
+    return TrainingInterrupted(f"interrupted by {label}: saved a checkpoint at optimizer step {boundary['step']} "
+                               f"in {config.checkpoint_dir}; run again with resume=True (--resume) to continue", name)

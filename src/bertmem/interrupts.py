@@ -1,0 +1,70 @@
+"""Stopping a run cleanly: Ctrl-C and SIGTERM both end in a checkpoint and a one-line message (chapter 5)."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from typing import Iterator
+
+EXIT_CODES = {"SIGINT": 130, "SIGTERM": 143}  # 128 + the signal number, as shells report it
+
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """A run stopped by Ctrl-C or SIGTERM; the message says where its checkpoint is (chapter 5)."""
+
+    def __init__(self, message: str, signal_name: str = "SIGINT"):
+        super().__init__(message)
+        self.signal_name = signal_name
+
+    @property
+    def exit_code(self) -> int:
+        """The status a command-line run exits with: 130 after Ctrl-C, 143 after SIGTERM."""
+        return EXIT_CODES.get(self.signal_name, 130)
+
+
+@contextlib.contextmanager
+def sigterm_interrupts() -> Iterator[None]:
+    """Inside the block SIGTERM (schedulers, `docker stop`, Colab) raises like Ctrl-C, once (chapter 5).
+
+    A second SIGTERM is ignored until the block ends, so it cannot break the final checkpoint's save.
+    Signal handlers can only be set from the main thread; elsewhere the block changes nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def stop(signum, frame) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise TrainingInterrupted("SIGTERM received", "SIGTERM")
+
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+
+
+@contextlib.contextmanager
+def signals_deferred() -> Iterator[None]:
+    """Ctrl-C and SIGTERM wait until the block ends, then interrupt: a save is never cut in half (chapter 5).
+
+    A signal whose handler was `SIG_IGN` before the block stays ignored. Outside the main thread the
+    block changes nothing (signal handlers can only be set there).
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[str] = []
+    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    for signum in previous:
+        signal.signal(signum, lambda number, frame: received.append(signal.Signals(number).name))
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+    live = [name for name in received if previous[signal.Signals[name]] is not signal.SIG_IGN]
+    if live:
+        raise TrainingInterrupted(f"{live[0]} received", live[0])
