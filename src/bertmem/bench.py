@@ -181,7 +181,11 @@ def run_bench(bench: BenchConfig) -> dict[str, Any]:
 
 def estimated_rows(model: str = "bert-base-uncased", seq_len: int = 512, effective_batch: int = 32,
                    accumulation: int = 4) -> list[dict[str, Any]]:
-    """The variants for a CUDA GPU, estimated with FakeTensorMode (no GPU needed), with 16/24 GB fits (chapter 5)."""
+    """The variants for a CUDA GPU, estimated with FakeTensorMode (no GPU needed), with 16/24 GB fits (chapter 5).
+
+    The peak is the most memory alive at one moment of a steady-state step (the timeline), not the sum of
+    weights, gradients, optimizer state and activations, which no moment of the step holds at once.
+    """
     from .estimate import estimate_step_memory
 
     micro = effective_batch // accumulation
@@ -195,7 +199,8 @@ def estimated_rows(model: str = "bert-base-uncased", seq_len: int = 512, effecti
         r = estimate_step_memory(model, batch, seq_len, precision=precision, attention=attention,
                                  gradient_checkpointing=ckpt)
         rows.append({"variant": variant, "micro-batch": batch, "attention": attention, "precision": precision,
-                     "activations (GiB)": r.activations / GIB, "estimated peak (GiB)": r.total / GIB})
+                     "activations (GiB)": r.activations / GIB, "estimated peak (GiB)": r.step_peak / GIB,
+                     "peak during": r.peak_phase, "sum of categories (GiB)": r.total / GIB})
     base = rows[0]["estimated peak (GiB)"]
     for row in rows:
         row["peak ratio"] = row["estimated peak (GiB)"] / base

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import warnings
 from typing import Iterator
 
 import torch
@@ -80,26 +81,13 @@ def _cuda_like_kernels(attention: str, device: str) -> Iterator[None]:
             setattr(functional, name, fn)
 
 
-def estimate_step_memory(config_or_model_id, batch_size: int, seq_len: int, precision: str = "fp32",
-                         attention: str = "sdpa", optimizer: str = "adamw", gradient_checkpointing: bool = False,
-                         attention_dropout: float | None = None, num_labels: int = 2,
-                         device: str = "cuda") -> MemoryReport:
-    """Estimate one training step without allocating memory, under FakeTensorMode (chapter 1).
-
-    device='cuda' follows a GPU's kernel choices (fused memory-efficient attention, bool dropout masks,
-    fp32 layer norm and softmax under autocast); device='cpu' follows this machine's kernels.
-    """
+@contextlib.contextmanager
+def _fake_step(config_or_model_id, batch_size: int, seq_len: int, attention: str, optimizer: str,
+               gradient_checkpointing: bool, attention_dropout: float | None, num_labels: int, device: str):
+    """A FakeTensor model, batch and optimizer for one estimated step (no memory allocated)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     from transformers import AutoModelForSequenceClassification
 
-    if precision not in PRECISIONS:
-        raise ValueError(f"unknown precision {precision!r}: use one of {PRECISIONS}")
-    if attention not in ("eager", "sdpa"):
-        raise ValueError(f"attention must be 'eager' or 'sdpa', got {attention!r}")
-    if device not in ("cuda", "cpu"):
-        raise ValueError(f"device must be 'cuda' or 'cpu', got {device!r}")
-    if optimizer not in ("adamw", "sgd", "none"):
-        raise ValueError(f"optimizer must be 'adamw', 'sgd' or 'none', got {optimizer!r}")
     config = copy.deepcopy(model_config(config_or_model_id, num_labels))
     _check_sizes(batch_size, seq_len, config)
     if attention_dropout is not None:
@@ -117,6 +105,55 @@ def estimate_step_memory(config_or_model_id, batch_size: int, seq_len: int, prec
         opt = {"adamw": lambda p: torch.optim.AdamW(p, foreach=False),
                "sgd": lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, foreach=False),
                "none": lambda p: None}[optimizer](model.parameters())
+        yield model, batch, opt
+
+
+def tracker_step_peak(config_or_model_id, batch_size: int, seq_len: int, precision: str = "fp32",
+                      attention: str = "sdpa", gradient_checkpointing: bool = False,
+                      attention_dropout: float | None = None, device: str = "cuda") -> int:
+    """The peak of a second (steady-state) step by PyTorch's own MemTracker: an independent check (chapter 1)."""
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    from .precision import autocast_context
+
+    def step(model, batch, opt) -> None:
+        with autocast_context(precision, "cpu"):
+            loss = model(**batch).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    with _fake_step(config_or_model_id, batch_size, seq_len, attention, "adamw", gradient_checkpointing,
+                    attention_dropout, 2, device) as (model, batch, opt):
+        step(model, batch, opt)  # creates the AdamW state that every later step holds
+        tracker = MemTracker()
+        tracker.track_external(model, opt, batch)
+        with warnings.catch_warnings():  # "Module is None. Skipping POST_BW hook."
+            warnings.simplefilter("ignore")
+            with tracker:
+                step(model, batch, opt)
+        return sum(snapshot["Total"] for snapshot in tracker.get_tracker_snapshot("peak").values())
+
+
+def estimate_step_memory(config_or_model_id, batch_size: int, seq_len: int, precision: str = "fp32",
+                         attention: str = "sdpa", optimizer: str = "adamw", gradient_checkpointing: bool = False,
+                         attention_dropout: float | None = None, num_labels: int = 2,
+                         device: str = "cuda") -> MemoryReport:
+    """Estimate one training step without allocating memory, under FakeTensorMode (chapter 1).
+
+    device='cuda' follows a GPU's kernel choices (fused memory-efficient attention, bool dropout masks,
+    fp32 layer norm and softmax under autocast); device='cpu' follows this machine's kernels.
+    """
+    if precision not in PRECISIONS:
+        raise ValueError(f"unknown precision {precision!r}: use one of {PRECISIONS}")
+    if attention not in ("eager", "sdpa"):
+        raise ValueError(f"attention must be 'eager' or 'sdpa', got {attention!r}")
+    if device not in ("cuda", "cpu"):
+        raise ValueError(f"device must be 'cuda' or 'cpu', got {device!r}")
+    if optimizer not in ("adamw", "sgd", "none"):
+        raise ValueError(f"optimizer must be 'adamw', 'sgd' or 'none', got {optimizer!r}")
+    with _fake_step(config_or_model_id, batch_size, seq_len, attention, optimizer, gradient_checkpointing,
+                    attention_dropout, num_labels, device) as (model, batch, opt):
         report = measure_step_memory(model, batch, opt, precision)
     report.device, report.estimated = f"{device} (estimated)", True
     report.notes = [f"estimated under FakeTensorMode for {device}: {attention} attention"

@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from .precision import PRECISIONS, autocast_context
+from .timeline import StepTimeline, record_timeline
 
 GIB = 1024**3
 
@@ -27,16 +28,33 @@ class MemoryReport:
     device: str = "cpu"
     estimated: bool = False
     notes: list[str] = field(default_factory=list)
+    timeline: StepTimeline | None = None  # live bytes op by op (chapter 1): the step's real peak and its moment
 
     @property
     def total(self) -> int:
-        """Parameters + gradients + optimizer state + saved activations (a lower bound of the peak)."""
+        """Parameters + gradients + optimizer state + saved activations: a sum, not a moment of the step."""
         return self.parameters + self.gradients + self.optimizer_state + self.activations
+
+    @property
+    def step_peak(self) -> int:
+        """The most tensor bytes alive at one moment of the step (from the timeline; else the sum) (chapter 1)."""
+        return self.timeline.peak if self.timeline is not None else self.total
+
+    @property
+    def peak_phase(self) -> str | None:
+        """When the step's peak happens: 'forward', 'backward' or 'optimizer' (chapter 1)."""
+        return self.timeline.peak_phase if self.timeline is not None else None
+
+    @property
+    def peak_breakdown(self) -> dict[str, int]:
+        """Bytes per category alive at the moment of the peak (chapter 1)."""
+        return self.timeline.peak_breakdown if self.timeline is not None else {}
 
     def as_dict(self, unit: int = GIB) -> dict[str, Any]:
         """The figures in `unit` bytes (GiB by default), ready for a table."""
         out = {k: getattr(self, k) / unit for k in ("parameters", "gradients", "optimizer_state", "activations")}
         out["total"] = self.total / unit
+        out["step peak"] = self.step_peak / unit
         out["peak"] = None if self.peak is None else self.peak / unit
         return out
 
@@ -57,6 +75,7 @@ class SavedTensorTally:
     def __init__(self, exclude: set[int] | None = None):
         self.exclude = set(exclude or ())
         self.seen: dict[int, int] = {}
+        self.on_save: Callable[[torch.Tensor], None] | None = None  # also told of every saved tensor
 
     def add(self, tensor: torch.Tensor) -> None:
         """Record one tensor (no-op for excluded or already seen storages)."""
@@ -76,6 +95,8 @@ class SavedTensorTally:
         """Record every tensor autograd saves inside the block."""
         def pack(tensor):
             self.add(tensor)
+            if self.on_save is not None:
+                self.on_save(tensor)
             return tensor
 
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
@@ -85,6 +106,13 @@ class SavedTensorTally:
 def _unique_tensors(tensors) -> dict[int, torch.Tensor]:
     """Distinct storages among tensors, keyed by storage."""
     return {storage_key(t): t for t in tensors if isinstance(t, torch.Tensor)}
+
+
+def _optimizer_tensors(optimizer: torch.optim.Optimizer | None) -> list[torch.Tensor]:
+    """Every tensor in an optimizer's state."""
+    if optimizer is None:
+        return []
+    return [v for state in optimizer.state.values() for v in state.values() if isinstance(v, torch.Tensor)]
 
 
 def optimizer_state_bytes(optimizer: torch.optim.Optimizer | None) -> int:
@@ -113,8 +141,14 @@ def _checkpointed_layer_inputs(model: nn.Module, tally: SavedTensorTally) -> lis
 
 def measure_step_memory(model: nn.Module, batch: dict[str, torch.Tensor],
                         optimizer: torch.optim.Optimizer | None = None, precision: str = "fp32",
-                        loss_fn: Callable[[Any], torch.Tensor] | None = None) -> MemoryReport:
-    """Run one forward/backward(/optimizer) step and account for its memory by category (chapter 1)."""
+                        loss_fn: Callable[[Any], torch.Tensor] | None = None,
+                        steady_state: bool = True) -> MemoryReport:
+    """Run one forward/backward(/optimizer) step and account for its memory by category (chapter 1).
+
+    Besides the per-category totals, `report.timeline` holds the live bytes op by op: `report.step_peak`
+    is the most memory alive at one moment, `report.peak_phase` when. With `steady_state` optimizer
+    state that this (first) step creates counts as alive from the start, as it is in every later step.
+    """
     if precision not in PRECISIONS:
         raise ValueError(f"unknown precision {precision!r}: use one of {PRECISIONS}")
     params = [p for p in model.parameters()]
@@ -128,25 +162,37 @@ def measure_step_memory(model: nn.Module, batch: dict[str, torch.Tensor],
         torch.cuda.synchronize(device)
         torch.cuda.reset_peak_memory_stats(device)
     handles = _checkpointed_layer_inputs(model, tally)
-    try:
-        with tally.hooks(), autocast_context(precision, device.type):
-            out = model(**batch)
-            loss = loss_fn(out) if loss_fn is not None else out.loss
-    finally:
-        for handle in handles:
-            handle.remove()
-    loss.backward()
-    if optimizer is not None:
-        optimizer.step()
+    state = _optimizer_tensors(optimizer)
+    alive = [*weights.values(), *batch.values(), *(p.grad for p in params if p.grad is not None), *state]
+    with record_timeline(alive) as timeline:
+        tally.on_save = lambda tensor: timeline.mark([tensor], "saved activations")
+        timeline.start_phase("forward")
+        try:
+            with tally.hooks(), autocast_context(precision, device.type):
+                out = model(**batch)
+                loss = loss_fn(out) if loss_fn is not None else out.loss
+        finally:
+            for handle in handles:
+                handle.remove()
+        timeline.start_phase("backward")
+        loss.backward()
+        if optimizer is not None:
+            timeline.start_phase("optimizer")
+            optimizer.step()
     peak = torch.cuda.max_memory_allocated(device) if cuda else None
     grads = _unique_tensors([p.grad for p in params if p.grad is not None])
     param_bytes = sum(storage_bytes(t) for t in _unique_tensors(params).values())
     notes = ["activations = tensors saved for backward (each storage once, weights and buffers excluded)"]
     if peak is None:
         notes.append(f"no allocator peak on {device.type}: the total is the sum of the four categories")
+    timeline.mark(weights.values(), "weights")
+    timeline.mark(grads.values(), "gradients")
+    timeline.mark(_optimizer_tensors(optimizer), "optimizer state")
+    if steady_state:
+        timeline.as_steady_state()
     report = MemoryReport(parameters=param_bytes, gradients=sum(storage_bytes(g) for g in grads.values()),
                           optimizer_state=optimizer_state_bytes(optimizer), activations=tally.total, peak=peak,
-                          device=str(device), notes=notes)
+                          device=str(device), notes=notes, timeline=timeline)
     if optimizer is not None:
         optimizer.zero_grad(set_to_none=True)
     return report

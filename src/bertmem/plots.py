@@ -65,3 +65,35 @@ def plot_memory_breakdown(reports: dict, ax=None, unit: float = 1024**3, unit_na
     ax.grid(alpha=0.3, axis="y")
     ax.tick_params(axis="x", labelrotation=20)
     return ax
+
+
+TIMELINE_COLOURS = {"weights": "tab:blue", "gradients": "tab:orange", "optimizer state": "tab:green",
+                    "saved activations": "tab:red", "temporaries": "tab:grey"}
+
+
+def plot_step_timeline(report, ax=None, unit: float = 1024**3, unit_name: str = "GiB", title: str = ""):
+    """Memory alive over one step, stacked by category, with the peak and the phases marked (chapter 1)."""
+    import matplotlib.pyplot as plt
+
+    timeline = getattr(report, "timeline", None)
+    if timeline is None or not timeline.events:
+        raise ValueError("the report has no timeline: measure it with measure_step_memory or estimate_step_memory")
+    ax = ax or plt.subplots(figsize=(7, 3.8))[1]
+    series = timeline.by_category()
+    x = np.arange(len(timeline.events))
+    ax.stackplot(x, *[np.array(values) / unit for values in series.values()], labels=list(series),
+                 colors=[TIMELINE_COLOURS[name] for name in series], alpha=0.85)
+    for phase, start in timeline.phase_starts.items():
+        ax.axvline(start, color="black", linestyle=":", linewidth=1)
+        ax.text(start, 0, f" {phase}", rotation=90, va="bottom", ha="left", fontsize=8)
+    peak_at = max(timeline.peak_index, 0)
+    ax.plot([peak_at], [timeline.peak / unit], marker="v", color="black", linestyle="none",
+            label=f"peak {timeline.peak / unit:.2f} {unit_name} ({timeline.peak_phase})")
+    ax.axhline(report.total / unit, color="tab:purple", linestyle="--", linewidth=1,
+               label=f"sum of the four categories {report.total / unit:.2f} {unit_name}")
+    ax.set_xlabel("allocations and frees during the step (in order)")
+    ax.set_ylabel(f"memory alive ({unit_name})")
+    ax.set_title(title)
+    ax.legend(fontsize=8, loc="upper left")
+    ax.grid(alpha=0.3)
+    return ax
