@@ -1,4 +1,5 @@
-"""Print the FakeTensor estimates for bert-base at 512/1024 tokens and the time each took (chapter 1).
+"""Print the FakeTensor estimates for bert-base at 512/1024 tokens and the time each took (chapter 1), and the
+step's peak over its timeline against PyTorch's MemTracker, with and without checkpointing.
 
 Run: .venv/bin/python benchmarks/estimator.py   (or `make bench-estimator`)
 """
@@ -6,7 +7,7 @@ Run: .venv/bin/python benchmarks/estimator.py   (or `make bench-estimator`)
 import resource
 import time
 
-from bertmem.estimate import estimate_step_memory, model_config
+from bertmem.estimate import estimate_step_memory, model_config, tracker_step_peak
 from bertmem.plots import markdown_table
 
 
@@ -36,5 +37,30 @@ def main() -> None:
           f"bert-base weights+grads+AdamW: {base_fixed:.2f} GiB (config with 1024 positions)")
 
 
+def timeline_rows() -> list[dict]:
+    """bert-base, fp32 + AdamW (steady state): the timeline's peak, when it happens, the sum, and MemTracker."""
+    rows = []
+    for device in ("cpu", "cuda"):
+        for attention, ckpt, (batch, seq) in (("eager", False, (8, 512)), ("eager", False, (32, 128)),
+                                              ("eager", True, (8, 512)), ("eager", True, (32, 128)),
+                                              ("sdpa", False, (8, 512)), ("sdpa", True, (8, 512))):
+            kw = dict(attention=attention, gradient_checkpointing=ckpt, attention_dropout=0.1, device=device)
+            r = estimate_step_memory("bert-base-uncased", batch, seq, **kw)
+            tracked = tracker_step_peak("bert-base-uncased", batch, seq, **kw)
+            at = r.peak_breakdown
+            rows.append({"kernels": device, "attention": attention, "checkpointing": "yes" if ckpt else "no",
+                         "batch × seq": f"{batch} × {seq}", "peak (MiB)": r.step_peak / 2**20,
+                         "peak during": r.peak_phase, "sum (MiB)": r.total / 2**20,
+                         "sum vs peak": f"{r.total / r.step_peak - 1:+.1%}", "MemTracker (MiB)": tracked / 2**20,
+                         "error": f"{r.step_peak / tracked - 1:+.2%}",
+                         "at the peak: activations / gradients / temporaries (MiB)":
+                             f"{at['saved activations'] / 2**20:.0f} / {at['gradients'] / 2**20:.0f} / "
+                             f"{at['temporaries'] / 2**20:.0f}"})
+    return rows
+
+
 if __name__ == "__main__":
     main()
+    print("\n## The peak over the step's timeline vs the sum of the categories (bert-base, fp32, AdamW, "
+          "attention dropout 0.1)\n")
+    print(markdown_table(timeline_rows(), floatfmt=".0f"))

@@ -92,6 +92,7 @@ def _fake_step(config_or_model_id, batch_size: int, seq_len: int, attention: str
     _check_sizes(batch_size, seq_len, config)
     if attention_dropout is not None:
         config.attention_probs_dropout_prob = attention_dropout
+    config.use_cache = False  # an encoder caches nothing; silences the checkpointing notice
     with torch.device("meta"):
         model = AutoModelForSequenceClassification.from_config(config, attn_implementation=attention)
     with FakeTensorMode(allow_non_fake_inputs=True), _cuda_like_kernels(attention, device):
