@@ -247,3 +247,31 @@ def test_saved_model_predicts_new_texts_with_its_label_names(tmp_path, reviews_c
     assert all(0.5 <= p["probability"] <= 1 for p in preds)
     with pytest.raises(TypeError, match="list"):
         predict_texts(model, tokenizer, "one text")
+
+
+def test_bench_marks_a_variant_that_does_not_fit_and_keeps_the_rest(plain_csv):
+    from bertmem.estimate import estimate_step_memory
+    from bertmem.experiment import build_model, RunConfig
+    from bertmem.planner import PlanRequest, _needed
+
+    variants = ("fp32 baseline", "accumulation ×4", "full recipe")
+    model, _ = build_model(RunConfig(model="tiny-bert", max_length=32), ["neg", "pos"])
+
+    def needed(batch, attention, precision):
+        peak = estimate_step_memory(model.config, batch, 32, precision=precision, attention=attention,
+                                    device="cpu").step_peak
+        return _needed(PlanRequest(kernels="cpu"), peak)
+
+    # a budget between what micro-batch 2 (accumulation rows) and micro-batch 8 (the baseline) need
+    budget = (needed(2, "eager", "fp32") + needed(8, "eager", "fp32")) // 2
+    assert needed(2, "sdpa", "bf16") < budget
+    bench = BenchConfig(model="tiny-bert", dataset=str(plain_csv), train_size=48, eval_size=16, max_length=32,
+                        effective_batch=8, learning_rate=1e-3, progress=False, variants=variants,
+                        memory_bytes=budget)
+    result = run_bench(bench)
+    rows = {r["variant"]: r for r in result["rows"]}
+    assert rows["fp32 baseline"]["note"].startswith("does not fit (estimated ")
+    assert rows["accumulation ×4"]["activations ratio"] == 1.0  # compared with the first row that ran
+    assert rows["full recipe"]["ratios relative to"] == "accumulation ×4" and rows["full recipe"]["accuracy"] >= 0
+    assert set(result["matmul_tflops"]) == {"fp32", "bf16"}  # MFU divides by the precision each row used
+    assert rows["accumulation ×4"]["MFU"] > 0 and rows["full recipe"]["MFU"] > 0

@@ -147,6 +147,7 @@ def test_every_page_loads_renders_math_images_and_links(site, base_url, browser)
                 problems.append(f"{page}: broken link {href}")
             elif url.fragment and target.suffix == ".html" and unquote(url.fragment) not in page_ids(target):
                 problems.append(f"{page}: link to a missing anchor {href}")
+        problems += [f"{page}: {issue}" for issue in output_problems(browser)]
         stem = Path(page).stem
         if stem in NOTEBOOK_PAGES and not any("colab.research.google.com" in h for h in hrefs):
             problems.append(f"{page}: no Colab launch button")
@@ -154,6 +155,58 @@ def test_every_page_loads_renders_math_images_and_links(site, base_url, browser)
         checked += 1
     assert checked >= len(NOTEBOOK_PAGES) + 3, f"only {checked} pages checked"
     assert not problems, "\n".join(problems)
+
+
+# Cell outputs as a reader sees them: tables rendered (no markdown source in an output block), and images shown at
+# no less than 2/3 of their natural width (a wider figure is shrunk until its labels cannot be read).
+OUTPUT_CHECKS = """
+const outputs = Array.from(document.querySelectorAll('.cell_output, .output'));
+const raw = outputs.filter(o => /\\|\\s*:?-{3,}:?\\s*\\|/.test(o.innerText)).map(o => o.innerText.slice(0, 80));
+const shrunk = Array.from(document.querySelectorAll('.cell_output img, .output img'))
+  .filter(i => i.complete && i.naturalWidth > 0 && i.getBoundingClientRect().width > 0)
+  .map(i => [i.naturalWidth, i.getBoundingClientRect().width, i.src.split('/').pop()])
+  .filter(([natural, shown]) => natural / shown > 1.5);
+return [raw, shrunk];
+"""
+
+
+def output_problems(browser) -> list[str]:
+    """Markdown tables printed as text, and figures shrunk by more than 1.5x, on the open page."""
+    raw, shrunk = browser.execute_script(OUTPUT_CHECKS)
+    found = [f"table printed as markdown text: {text!r}" for text in raw]
+    found += [f"figure {name} is {natural} px wide but shown at {shown:.0f} px" for natural, shown, name in shrunk]
+    return found
+
+
+def test_output_checks_catch_raw_tables_and_shrunk_figures(base_url, browser, site):
+    page = site / "_output_check.html"
+    page.write_text("<html><body style='width:700px'><div class='cell_output'><pre>| a | b |\n|---|---|\n| 1 | 2 |"
+                    "</pre></div><div class='cell_output'><img style='width:300px' src='data:image/png;base64,"
+                    + WIDE_PNG + "'></div></body></html>", encoding="utf-8")
+    try:
+        browser.get(urljoin(base_url, page.name))
+        problems = output_problems(browser)
+    finally:
+        page.unlink()
+    assert any("markdown text" in p for p in problems) and any("shown at 300 px" in p for p in problems)
+
+
+def _png(width: int, height: int) -> str:
+    """A blank PNG of the given size, base64-encoded (for the output-check test)."""
+    import base64
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+
+    raw = b"".join(b"\x00" + b"\xff" * width for _ in range(height))
+    png = (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0))
+           + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+    return base64.b64encode(png).decode()
+
+
+WIDE_PNG = _png(1200, 10)
 
 
 def test_bibliography_page_lists_the_references(site):

@@ -21,7 +21,8 @@ def accelerator_for(config: TrainConfig, **kwargs):
 
     AcceleratorState._reset_state()  # a second run in one process may change precision (the process group stays)
     GradientState._reset_state()
-    device_type = "cuda" if torch.cuda.is_available() and not config.device.startswith("cpu") else "cpu"
+    wanted = config.device or ("cuda" if torch.cuda.is_available() else "cpu")  # Accelerate places the model
+    device_type = "cuda" if torch.cuda.is_available() and not wanted.startswith("cpu") else "cpu"
     choice = choose_precision(config.precision, device_type, verbose=False)
     return Accelerator(gradient_accumulation_steps=config.accumulation_steps,
                        mixed_precision=ACCELERATE_PRECISION[choice.precision], cpu=device_type == "cpu", **kwargs)
@@ -127,7 +128,7 @@ def train_with_accelerate(model: torch.nn.Module, train_loader, config: TrainCon
         record = {"epoch": epoch, "train_time_s": elapsed, "examples": seen, "examples_per_s": seen / elapsed}
         result.rank_bytes = rank_bytes(model, optimizer)  # before evaluation: FSDP2 keeps the root unsharded after it
         if eval_loader is not None:
-            record.update(evaluate(model, eval_loader, accelerator.device, show_progress=False))
+            record.update(evaluate(model, eval_loader, show_progress=False))  # on the model's device
             if hasattr(model, "reshard"):  # FSDP2: give the gathered root weights back
                 model.reshard()
         result.epochs.append(record)

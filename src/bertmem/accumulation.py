@@ -10,6 +10,8 @@ from typing import Iterable, Iterator
 
 import torch
 
+from .devices import empty_cache, move_to
+
 WEIGHTINGS = ("examples", "tokens")
 
 
@@ -124,7 +126,6 @@ def backward_window(model: torch.nn.Module, window: list, device: torch.device |
     `autocast` (optional) returns the context for the forward pass and `scale` wraps each weighted loss
     before backward, e.g. `MixedPrecision.autocast` and `MixedPrecision.scale` (chapter 3).
     """
-    from .train import move_to
 
     weights = loss_weights(window, weighting)
     total = 0.0
@@ -170,8 +171,7 @@ def backward_with_backoff(model: torch.nn.Module, window: list, device: torch.de
                 raise RuntimeError(f"out of memory even with micro-batches of one example ({err}); shorten "
                                    "max_length, enable gradient checkpointing or use a smaller model") from err
             model.zero_grad(set_to_none=True)  # drop the partial window; it is recomputed in smaller pieces
-            if torch.cuda.is_available():
-                torch.cuda.empty_cache()
+            empty_cache(device)
             largest = max(len(micro["labels"]) for micro in window)
             splits *= 2
             warnings.warn(f"out of memory with micro-batches of {-(-largest * 2 // splits)} examples: retrying "

@@ -43,6 +43,7 @@ class BenchConfig:
     device: str = "cpu"
     variants: tuple[str, ...] = VARIANTS
     progress: bool = True
+    memory_bytes: int | None = None  # budget per variant; None: the CUDA device's free memory (no limit on CPU)
 
     def __post_init__(self) -> None:
         if self.effective_batch % self.accumulation:
@@ -99,8 +100,35 @@ def model_flops_utilisation(num_params: int, tokens: int, seconds: float, peak_t
     return 6 * num_params * tokens / seconds / (peak_tflops * 1e12)
 
 
-def run_variant(bench: BenchConfig, variant: str, frames, peak_tflops: float | None) -> dict[str, Any]:
-    """Measure one variant: memory on its widest micro-batch, then a full training run and evaluation."""
+def fit_check(bench: BenchConfig, model, run: RunConfig, config: TrainConfig, precision: str) -> str | None:
+    """'does not fit (estimated X GB > Y GB)' when the variant's estimated peak exceeds the budget, else None."""
+    from .estimate import estimate_step_memory
+    from .planner import PlanRequest, _needed
+
+    budget = bench.memory_bytes
+    if budget is None:
+        from .devices import cuda_free_bytes
+
+        budget = cuda_free_bytes(config.device) if config.device.startswith("cuda") else None
+    if budget is None:
+        return None
+    kernels = "cuda" if config.device.startswith("cuda") else "cpu"
+    peak = estimate_step_memory(model.config, run.batch_size, run.max_length, precision=precision,
+                                attention=run.attention, gradient_checkpointing=config.gradient_checkpointing,
+                                num_labels=model.config.num_labels, device=kernels).step_peak
+    needed = _needed(PlanRequest(model=run.model, max_length=run.max_length, kernels=kernels), peak)
+    if needed <= budget:
+        return None
+    return f"does not fit (estimated {needed / 1e9:.1f} GB > {budget / 1e9:.1f} GB)"
+
+
+def run_variant(bench: BenchConfig, variant: str, frames, peak_tflops: dict[str, float] | float | None
+                ) -> dict[str, Any]:
+    """Measure one variant: memory on its widest micro-batch, then a full training run and evaluation.
+
+    A variant whose estimated peak exceeds the budget is not run: its row says so (chapter 5).
+    `peak_tflops`: the measured matmul peak per precision, so MFU divides by the precision actually used.
+    """
     from .data import make_loader, tokenize_frame
     from .models import enable_gradient_checkpointing
     from .precision import choose_precision
@@ -122,6 +150,9 @@ def run_variant(bench: BenchConfig, variant: str, frames, peak_tflops: float | N
            "precision": precision, "attention": run.attention,
            "padding": "dynamic, length-grouped" if run.group_by_length else f"to {run.max_length}"}
     cuda = config.device.startswith("cuda")
+    verdict = fit_check(bench, model, run, config, precision)
+    if verdict is not None:
+        return {**row, "accuracy": float("nan"), "note": verdict}
     try:
         report = measure_step_memory(model, {k: v.to(config.device) for k, v in widest_batch(loader).items()},
                                      precision=precision)
@@ -144,20 +175,24 @@ def run_variant(bench: BenchConfig, variant: str, frames, peak_tflops: float | N
     row["total (MiB)"] = row["activations (MiB)"] + row["weights+grads+Adam (MiB)"]
     if cuda:
         row["CUDA peak (MiB)"] = torch.cuda.max_memory_allocated() / 2**20
-    if peak_tflops:
+    peak = peak_tflops.get(precision) if isinstance(peak_tflops, dict) else peak_tflops
+    if peak:
         row["MFU"] = model_flops_utilisation(num_params, tokens, row["time per epoch (s)"] * len(result.epochs),
-                                             peak_tflops)
+                                             peak)
     return row
 
 
 def add_ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Each row against the fp32 baseline of the same run, and the chapter-5 targets for the full recipe."""
-    base = next(r for r in rows if r["variant"] == "fp32 baseline")
-    if "note" in base:  # the baseline did not fit: no ratios to compute
+    """Each row against the fp32 baseline of the same run (or, when it did not fit, the first row that ran)."""
+    ran = [r for r in rows if "note" not in r]
+    if not ran:
         return rows
+    base = next((r for r in ran if r["variant"] == "fp32 baseline"), ran[0])
     for row in rows:
         if "note" in row:
             continue
+        if base["variant"] != "fp32 baseline":  # the baseline did not fit: say what the ratios compare with
+            row["ratios relative to"] = base["variant"]
         row["activations ratio"] = row["activations (MiB)"] / base["activations (MiB)"]
         row["time ratio"] = row["time per epoch (s)"] / base["time per epoch (s)"]
         row["accuracy Δ (points)"] = 100 * (row["accuracy"] - base["accuracy"])
@@ -168,15 +203,26 @@ def add_ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
+def precisions_used(bench: BenchConfig) -> list[str]:
+    """The precisions the variants run in on this device ('auto' resolved: fp16 on a T4, bf16 on newer cards)."""
+    from .precision import choose_precision
+
+    device = torch.device(bench.device).type
+    return sorted({choose_precision(variant_settings(bench, v)[1].precision, device, verbose=False).precision
+                   for v in bench.variants})
+
+
 def run_bench(bench: BenchConfig) -> dict[str, Any]:
     """Every variant on the same frames; rows with ratios, environment and settings (chapter 5)."""
     first = variant_settings(bench, bench.variants[0])[0]
     frames = load_frames(first, seed=bench.seed)
-    peak = matmul_tflops(torch.bfloat16, bench.device)
-    rows = [run_variant(bench, v, frames, peak) for v in bench.variants]
+    dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+    peaks = {p: matmul_tflops(dtypes[p], bench.device) for p in precisions_used(bench)}
+    rows = [run_variant(bench, v, frames, peaks) for v in bench.variants]
     if "fp32 baseline" in bench.variants:
         rows = add_ratios(rows)
-    return {"rows": rows, "bf16_matmul_tflops": peak, "settings": asdict(bench), "environment": environment_info()}
+    return {"rows": rows, "matmul_tflops": peaks, "bf16_matmul_tflops": peaks.get("bf16"), "settings": asdict(bench),
+            "environment": environment_info()}
 
 
 def estimated_rows(model: str = "bert-base-uncased", seq_len: int = 512, effective_batch: int = 32,

@@ -1,4 +1,4 @@
-"""`bertmem train` and `bertmem bench` (also `python -m bertmem`): argument parsing only (chapters 5 and A1)."""
+"""`bertmem train`, `bench` and `plan` (also `python -m bertmem`): argument parsing only (chapters 5 and A1)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ import argparse
 import json
 import sys
 
-from .precision import REQUESTS
+from .planner import ALLOCATOR_MARGIN, CUDA_CONTEXT_BYTES, OPTIMIZERS
+from .precision import PRECISIONS, REQUESTS
 from .profile import get_profile
 
 
@@ -72,7 +73,45 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--effective-batch", type=int, default=16)
     b.add_argument("--output-dir", default="results/bench")
     b.add_argument("--no-estimate", action="store_true", help="skip the estimated bert-base table")
+    p = sub.add_parser("plan", help="the largest micro-batch that fits a memory budget (estimated, no GPU needed)")
+    p.add_argument("--model", default="bert-base-uncased", help="known BERT id, Hub id or local model folder")
+    p.add_argument("--max-length", type=int, default=512, help="tokens per example")
+    p.add_argument("--precision", choices=PRECISIONS, default="fp16")
+    p.add_argument("--memory", default="auto",
+                   help="device memory, e.g. 15GiB or 16GB; 'auto' reads the free memory of the CUDA device")
+    p.add_argument("--effective-batch", type=int, default=32, help="examples per optimizer step")
+    p.add_argument("--attention", choices=("sdpa", "eager"), default="sdpa")
+    p.add_argument("--gradient-checkpointing", action="store_true")
+    p.add_argument("--optimizer", choices=OPTIMIZERS, default="adamw")
+    p.add_argument("--cuda-context", default=f"{CUDA_CONTEXT_BYTES // 2**20}MiB",
+                   help="memory the CUDA context takes outside PyTorch's tensors (an assumption; measure yours)")
+    p.add_argument("--allocator-margin", type=float, default=ALLOCATOR_MARGIN,
+                   help="extra fraction of the peak for allocator rounding and fragmentation")
+    p.add_argument("--kernels", choices=("cuda", "cpu"), default="cuda", help="whose kernel choices to estimate")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     return parser
+
+
+def plan_main(args: argparse.Namespace) -> dict:
+    """Estimate the largest micro-batch under the budget and print the plan (text or JSON)."""
+    from .devices import cuda_free_bytes
+    from .planner import PlanRequest, parse_memory, plan_micro_batch
+
+    if args.memory == "auto":
+        memory = cuda_free_bytes()
+        if memory is None:
+            raise ValueError("--memory auto reads a CUDA GPU's free memory, and this machine has none: "
+                             "pass the card's memory, e.g. --memory 15GiB")
+    else:
+        memory = parse_memory(args.memory)
+    request = PlanRequest(model=args.model, max_length=args.max_length, precision=args.precision, memory_bytes=memory,
+                          effective_batch=args.effective_batch, attention=args.attention,
+                          gradient_checkpointing=args.gradient_checkpointing, optimizer=args.optimizer,
+                          cuda_context_bytes=parse_memory(args.cuda_context),
+                          allocator_margin=args.allocator_margin, kernels=args.kernels)
+    plan = plan_micro_batch(request)
+    print(json.dumps(plan.as_dict()) if args.json else plan.describe())
+    return plan.as_dict()
 
 
 def train_main(args: argparse.Namespace) -> dict:
@@ -123,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         with sigterm_interrupts():  # also while data and model load: no traceback on SIGTERM
-            (train_main if args.command == "train" else bench_main)(args)
+            {"train": train_main, "bench": bench_main, "plan": plan_main}[args.command](args)
     except (ValueError, TypeError, FileNotFoundError) as err:
         parser.exit(2, f"bertmem {args.command}: error: {err}\n")
     except KeyboardInterrupt as stop:  # Ctrl-C or SIGTERM: the checkpoint (if any) is already saved

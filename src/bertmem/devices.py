@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 
@@ -21,3 +23,77 @@ def require_device(device: str | torch.device) -> torch.device:
     if resolved.type == "mps" and not torch.backends.mps.is_available():
         raise ValueError("device 'mps' was asked for, but Apple's MPS backend is not available: use 'cpu'")
     return resolved
+
+
+def cuda_free_bytes(device: str | torch.device = "cuda") -> int | None:
+    """Free memory of a CUDA device in bytes (`torch.cuda.mem_get_info`); None where there is no GPU (chapter 5)."""
+    if not torch.cuda.is_available():
+        return None
+    free, _total = torch.cuda.mem_get_info(torch.device(device))
+    return int(free)
+
+
+# The CUDA-only calls of the package, each with its answer on a machine without a GPU (all chapters).
+
+def model_device(model: torch.nn.Module) -> torch.device:
+    """Where a model lives: the device of its first parameter (or buffer); the CPU for an empty module."""
+    for tensor in (*model.parameters(), *model.buffers()):
+        return tensor.device
+    return torch.device("cpu")
+
+
+def resolve_device(model: torch.nn.Module, requested: str | torch.device | None = None) -> torch.device:
+    """The device helpers run on: the model's, or `requested` when given — which must then be the model's.
+
+    Helpers never move a model behind the reader's back: place it once (`model.to(device)`), then let every
+    helper follow it (chapter 0).
+    """
+    device = model_device(model)
+    if requested is None:
+        return device
+    wanted = torch.device(requested)
+    same = wanted.type == device.type and (wanted.index is None or wanted.index == device.index)
+    if not same:
+        raise ValueError(f"the model is on {device}, but {wanted} was asked for: move the model once "
+                         f"(model.to({str(wanted)!r})) and drop the device argument")
+    return device
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for queued GPU work (timing); nothing to wait for on the CPU."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def reset_peak_memory(device: torch.device) -> None:
+    """Start a new peak-memory window on a GPU; the CPU keeps no such statistic."""
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def peak_memory_bytes(device: torch.device) -> int | None:
+    """`torch.cuda.max_memory_allocated` since the last reset; None on the CPU (no allocator statistics)."""
+    return torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
+
+
+def empty_cache(device: torch.device | None = None) -> None:
+    """Give cached GPU blocks back after an out-of-memory error; nothing to give back on the CPU."""
+    if (device is None or torch.device(device).type == "cuda") and torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def device_name(device: torch.device) -> str:
+    """The GPU's name, or 'cpu'."""
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+
+
+def device_capability(device: torch.device | None = None) -> tuple[int, int] | None:
+    """A CUDA GPU's compute capability (7.5 on a T4, 8.0 on an A100); None on the CPU."""
+    if (device is not None and torch.device(device).type != "cuda") or not torch.cuda.is_available():
+        return None
+    return torch.cuda.get_device_capability(device)
+
+
+def move_to(batch: dict[str, Any], device: torch.device | str) -> dict[str, Any]:
+    """Every tensor of a batch on `device` (the model's); other values unchanged (chapters 0 and 2)."""
+    return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}

@@ -15,7 +15,7 @@ import torch
 from .checkpoint import CHECKPOINT_NAME
 from .data import EVAL_SPLITS, HUB_IDS, load_text_classification, make_loader, subsample, tokenize_frame
 from .models import ATTENTION_IMPLEMENTATIONS, classifier_from_config, load_classifier, load_tokenizer, tiny_bert_config
-from .devices import require_device
+from .devices import require_device, resolve_device
 from .profile import MINILM_ID, seed_everything
 from .train import TrainConfig, TrainResult, train
 
@@ -122,13 +122,15 @@ def parameter_checksum(model: torch.nn.Module) -> float:
 
 def run_experiment(run: RunConfig, config: TrainConfig) -> dict[str, Any]:
     """Load data and model, train with the chosen backend, evaluate, write the output folder (chapter 5)."""
-    require_device(config.device)
+    device = require_device(config.device) if config.device is not None else None
     if run.output_dir:  # before any data or model is loaded: a bad folder must not cost a training run
         prepare_output_dir(run, resume=config.resume)
     train_frame, eval_frame = load_frames(run, seed=config.seed)
     names = train_frame.attrs["label_names"]
     seed_everything(config.seed)  # the new classifier head is drawn here: same seed, same run
     model, tokenizer = build_model(run, names)
+    if device is not None:
+        model.to(device)  # placed once; every helper below follows the model
     train_set = tokenize_frame(train_frame, tokenizer, run.max_length)
     pad = run.max_length if run.pad_to_max_length else None
     train_loader = make_loader(train_set, tokenizer, run.batch_size, shuffle=True, seed=config.seed,
@@ -159,7 +161,7 @@ def run_backend(backend: str, model, train_loader, config: TrainConfig, eval_loa
         from .train import evaluate
 
         result = train_with_trainer(model, train_loader, config)
-        result.epochs.append(evaluate(model, eval_loader, config.device))
+        result.epochs.append(evaluate(model, eval_loader))
         return result
     return train(model, train_loader, config, eval_loader, settings)
 
@@ -233,11 +235,12 @@ def write_outputs(folder: Path, run: RunConfig, config: TrainConfig, summary: di
 
 @torch.no_grad()
 def predict_texts(model, tokenizer, texts: list[str], max_length: int = 256, batch_size: int = 32,
-                  device: str = "cpu") -> list[dict[str, Any]]:
-    """Label and probability for each new text, with the model's own label names (chapter A1)."""
+                  device: str | None = None) -> list[dict[str, Any]]:
+    """Label and probability for each new text, with the model's own label names, on its device (chapter A1)."""
     if isinstance(texts, str) or not all(isinstance(t, str) and t.strip() for t in texts):
         raise TypeError("texts must be a list of non-empty strings (wrap a single text in a list)")
-    model.eval().to(device)
+    device = resolve_device(model, device)
+    model.eval()
     names = getattr(model.config, "id2label", None) or {}
     out = []
     for start in range(0, len(texts), batch_size):

@@ -8,6 +8,8 @@ from typing import Callable
 
 import torch
 
+from .devices import model_device
+
 
 def trainer_first_step(model_fn: Callable[[], torch.nn.Module], batch: dict[str, torch.Tensor],
                        micro_batch_size: int, accumulation_steps: int, workaround: bool = False,
@@ -63,7 +65,8 @@ def train_with_trainer(model: torch.nn.Module, train_loader, config, output_dir:
     if config.resume or config.checkpoint_dir or config.oom_backoff:
         raise ValueError("checkpoint_dir/resume/oom_backoff belong to bertmem.train.train; the Trainer has its own "
                          "save_strategy and resume_from_checkpoint")
-    device_type = "cuda" if config.device.startswith("cuda") else "cpu"
+    device_type = torch.device(config.device).type if config.device else model_device(model).type
+    device_type = "cuda" if device_type == "cuda" else "cpu"
     choice = choose_precision(config.precision, device_type, verbose=False)
     steps_per_epoch = math.ceil(len(train_loader) / config.accumulation_steps)
     total = min(config.epochs * steps_per_epoch, config.max_steps or 10**12)

@@ -10,6 +10,7 @@ from typing import Any, Callable, Iterator
 import torch
 from torch import nn
 
+from .devices import move_to, peak_memory_bytes, reset_peak_memory, synchronize
 from .precision import PRECISIONS, autocast_context
 from .timeline import StepTimeline, record_timeline
 
@@ -155,12 +156,13 @@ def measure_step_memory(model: nn.Module, batch: dict[str, torch.Tensor],
     if not params:
         raise ValueError("the model has no parameters")
     device = params[0].device
+    batch = move_to(batch, device)  # the batch follows the model, before the step's memory is recorded
     weights = _unique_tensors(params + list(model.buffers()))
     tally = SavedTensorTally(exclude=set(weights))
     cuda = device.type == "cuda" and not _is_fake(params[0])
     if cuda:
-        torch.cuda.synchronize(device)
-        torch.cuda.reset_peak_memory_stats(device)
+        synchronize(device)
+        reset_peak_memory(device)
     handles = _checkpointed_layer_inputs(model, tally)
     state = _optimizer_tensors(optimizer)
     alive = [*weights.values(), *batch.values(), *(p.grad for p in params if p.grad is not None), *state]
@@ -179,7 +181,7 @@ def measure_step_memory(model: nn.Module, batch: dict[str, torch.Tensor],
         if optimizer is not None:
             timeline.start_phase("optimizer")
             optimizer.step()
-    peak = torch.cuda.max_memory_allocated(device) if cuda else None
+    peak = peak_memory_bytes(device) if cuda else None
     grads = _unique_tensors([p.grad for p in params if p.grad is not None])
     param_bytes = sum(storage_bytes(t) for t in _unique_tensors(params).values())
     notes = ["activations = tensors saved for backward (each storage once, weights and buffers excluded)"]

@@ -40,6 +40,41 @@ def markdown_table(rows: Sequence[dict], columns: Sequence[str] | None = None, f
     return "\n".join(lines)
 
 
+class Table:
+    """A table that renders as a table on the page and compares as aligned plain text (all chapters).
+
+    Jupyter shows `text/markdown` (a real table on the website); nbval and terminals see `text/plain`.
+    """
+
+    def __init__(self, rows: Sequence[dict], columns: Sequence[str] | None = None, floatfmt: str = ".3f"):
+        if not rows:
+            raise ValueError("no rows to format")
+        self.rows = [dict(row) for row in rows]
+        self.columns = list(columns or dict.fromkeys(key for row in rows for key in row))
+        self.floatfmt = floatfmt
+
+    def cells(self) -> list[list[str]]:
+        """Every row as formatted strings, in column order."""
+        def cell(value) -> str:
+            return format(value, self.floatfmt) if isinstance(value, float) else str(value)
+
+        return [[cell(row.get(column, "")) for column in self.columns] for row in self.rows]
+
+    def _repr_markdown_(self) -> str:
+        return markdown_table(self.rows, self.columns, self.floatfmt)
+
+    def __repr__(self) -> str:
+        body = self.cells()
+        widths = [max(len(c) for c in column) for column in zip(self.columns, *body)]
+        lines = [self.columns, ["-" * w for w in widths], *body]
+        return "\n".join("  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in lines)
+
+
+def as_table(rows: Sequence[dict], columns: Sequence[str] | None = None, floatfmt: str = ".3f") -> Table:
+    """Rows of dicts as a displayable `Table`: `display(as_table(rows))` in a notebook (all chapters)."""
+    return Table(rows, columns, floatfmt)
+
+
 BREAKDOWN = (("parameters", "weights"), ("gradients", "gradients"), ("optimizer_state", "Adam state"),
              ("activations", "activations (saved for backward)"))
 
@@ -94,6 +129,6 @@ def plot_step_timeline(report, ax=None, unit: float = 1024**3, unit_name: str = 
     ax.set_xlabel("allocations and frees during the step (in order)")
     ax.set_ylabel(f"memory alive ({unit_name})")
     ax.set_title(title)
-    ax.legend(fontsize=8, loc="upper left")
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=3)  # below: keeps the peak visible
     ax.grid(alpha=0.3)
     return ax

@@ -33,8 +33,9 @@ class PrecisionChoice:
     def __post_init__(self) -> None:
         if self.precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
-        if self.device_type not in ("cpu", "cuda"):
-            raise ValueError(f"device_type must be 'cpu' or 'cuda', got {self.device_type!r}")
+        if self.precision != "fp32" and self.device_type not in ("cpu", "cuda"):
+            raise ValueError(f"{self.precision} autocast is only set up for 'cpu' and 'cuda' here, not "
+                             f"{self.device_type!r}: use precision 'fp32'")
 
     @property
     def use_scaler(self) -> bool:
@@ -63,13 +64,18 @@ def choose_precision(requested: str = "auto", device_type: str | None = None,
         raise ValueError(f"unknown precision {requested!r}: use one of {REQUESTS}")
     device_type = device_type or ("cuda" if torch.cuda.is_available() else "cpu")
     if device_type == "cuda":
-        major, minor = capability or torch.cuda.get_device_capability()
+        from .devices import device_capability
+
+        found = capability or device_capability()
+        if found is None:
+            raise ValueError("device_type 'cuda' needs a CUDA GPU (none here) or an explicit capability=(major, minor)")
+        major, minor = found
         bf16_ok, where = major >= 8, f"GPU with compute capability {major}.{minor}"
     elif device_type == "cpu":
         bf16_ok = cpu_supports_bf16() if cpu_bf16 is None else cpu_bf16
         where = f"CPU {'with' if bf16_ok else 'without'} native bf16"
-    else:
-        raise ValueError(f"device_type must be 'cpu' or 'cuda', got {device_type!r}")
+    else:  # another accelerator: no mixed-precision policy here, fp32 unless a test asks otherwise
+        bf16_ok, where = False, f"{device_type} device"
     if requested == "fp16" and device_type == "cpu":
         raise ValueError("fp16 on a CPU runs about 25x slower than fp32 (no fp16 matmul kernels): "
                          "use precision='bf16' or 'fp32'")
@@ -82,7 +88,8 @@ def choose_precision(requested: str = "auto", device_type: str | None = None,
     elif device_type == "cuda":
         choice = PrecisionChoice("fp16", device_type, f"{where} (pre-Ampere, e.g. a T4): fp16 with GradScaler")
     else:
-        choice = PrecisionChoice("fp32", device_type, f"{where}: fp32 (fp16 would be ~25x slower here)")
+        why = "fp16 would be ~25x slower here" if device_type == "cpu" else "no mixed-precision policy for it"
+        choice = PrecisionChoice("fp32", device_type, f"{where}: fp32 ({why})")
     if verbose:
         print(f"precision: {choice.precision} — {choice.reason}")
     return choice

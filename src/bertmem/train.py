@@ -17,7 +17,7 @@ from .models import enable_gradient_checkpointing
 from .checkpoint import (capture_rng, check_resume_settings, load_checkpoint, load_model_state, restore_rng,
                          save_checkpoint)
 from .data import dataset_fingerprint
-from .devices import require_device
+from .devices import model_device, move_to, require_device, resolve_device
 from .interrupts import TrainingInterrupted, sigterm_interrupts
 from .precision import REQUESTS, MixedPrecision, check_finite, choose_precision
 from .profile import progress as progress_bar
@@ -33,7 +33,7 @@ class TrainConfig:
     weight_decay: float = 0.01
     warmup_ratio: float = 0.1
     seed: int = 0
-    device: str = "cpu"
+    device: str | None = None  # None: wherever the model already is (place it once, chapter 0)
     max_steps: int | None = None  # stop early after this many optimizer steps (tests, demos)
     progress: bool = True
     layerwise_decay: float | None = None  # chapter 4: None = one AdamW group; 1.0 = groups without decay
@@ -74,10 +74,11 @@ class TrainConfig:
             raise ValueError(f"checkpoint_every must be an int >= 1 or None, got {self.checkpoint_every!r}")
         if (self.checkpoint_every is not None or self.resume) and not self.checkpoint_dir:
             raise ValueError("checkpoint_every and resume need checkpoint_dir: the folder that holds checkpoint.pt")
-        try:
-            torch.device(self.device)
-        except RuntimeError as err:
-            raise ValueError(f"device {self.device!r} is not a torch device: use 'cpu' or 'cuda'") from err
+        if self.device is not None:
+            try:
+                torch.device(self.device)
+            except RuntimeError as err:
+                raise ValueError(f"device {self.device!r} is not a torch device: use 'cpu' or 'cuda'") from err
 
 
 @dataclass
@@ -121,16 +122,13 @@ class TrainResult:
         return ax
 
 
-def move_to(batch: dict[str, Any], device: torch.device | str) -> dict[str, Any]:
-    """Move every tensor of a batch to device."""
-    return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
-
-
 @torch.no_grad()
-def evaluate(model: torch.nn.Module, loader: Iterable[dict], device: str = "cpu", show_progress: bool = False) -> dict[str, float]:
-    """Accuracy, macro-F1 (scikit-learn) and mean loss over a loader (chapter 0)."""
+def evaluate(model: torch.nn.Module, loader: Iterable[dict], device: str | None = None,
+             show_progress: bool = False) -> dict[str, float]:
+    """Accuracy, macro-F1 (scikit-learn) and mean loss over a loader, on the model's device (chapter 0)."""
     from sklearn.metrics import accuracy_score, f1_score
 
+    device = resolve_device(model, device)
     model.eval()
     preds, labels, losses, counts = [], [], [], []
     for batch in progress_bar(loader, "eval", enabled=show_progress, leave=False):
@@ -214,8 +212,9 @@ def _train(model, train_loader, config: TrainConfig, eval_loader, extra_settings
     micro_size = getattr(train_loader, "batch_size", None) or len(next(iter(train_loader))["labels"])
     check_dataset_fits(dataset_size(train_loader), micro_size * config.accumulation_steps)
     seed_everything(config.seed)
-    device = require_device(config.device)
-    model.to(device)
+    if config.device is not None:  # asked for a device: place the model there once; helpers follow it
+        model.to(require_device(config.device))
+    device = model_device(model)
     if config.gradient_checkpointing:
         enable_gradient_checkpointing(model)
     steps_per_epoch = math.ceil(len(train_loader) / config.accumulation_steps)
@@ -301,7 +300,7 @@ def _train(model, train_loader, config: TrainConfig, eval_loader, extra_settings
         elapsed = before + time.perf_counter() - start
         record = {"epoch": epoch, "train_time_s": elapsed, "examples": seen, "examples_per_s": seen / elapsed}
         if eval_loader is not None:
-            record.update(evaluate(model, eval_loader, config.device, show_progress=config.progress))
+            record.update(evaluate(model, eval_loader, show_progress=config.progress))
         result.epochs.append(record)
         pos = {"epoch": epoch + 1, "micro_batches": 0, "step": step, "seen": 0, "splits": splits, "elapsed_s": 0.0,
                "generator": generator.get_state() if generator is not None else None}

@@ -1,0 +1,59 @@
+"""The planner against real CPU steps (activations and peak within 5 %), and its answers for three GPUs (ch. 5).
+
+Run: .venv/bin/python benchmarks/planner.py   (or `make bench-planner`)
+"""
+
+import itertools
+import time
+
+from bertmem.estimate import model_config
+from bertmem.models import classifier_from_config, load_classifier, tiny_bert_config
+from bertmem.planner import PlanRequest, parse_memory, plan_micro_batch, planner_vs_measured
+from bertmem.plots import markdown_table
+from bertmem.profile import MINILM_ID
+
+
+def validation_rows() -> list[dict]:
+    """16 + 4 configurations: a small BERT (random weights) and MiniLM (pretrained), CPU kernels."""
+    small = tiny_bert_config(vocab_size=30522, hidden_size=256, num_hidden_layers=4, num_attention_heads=4,
+                             intermediate_size=1024, max_position_embeddings=512, attention_probs_dropout_prob=0.1)
+    rows = []
+    grid = itertools.product(((8, 128), (4, 256)), ("fp32", "bf16"), ("eager", "sdpa"), (False, True))
+    for (batch, seq), precision, attention, ckpt in grid:
+        model = classifier_from_config(small, attention)
+        rows.append({"model": "small BERT", **planner_vs_measured(small, model, batch, seq, precision, attention,
+                                                                   ckpt)})
+    for precision, attention, ckpt in (("fp32", "sdpa", False), ("bf16", "sdpa", False), ("fp32", "eager", True),
+                                       ("bf16", "eager", True)):
+        model = load_classifier(MINILM_ID, 2, attention)
+        rows.append({"model": "MiniLM-L6", **planner_vs_measured(model_config(MINILM_ID), model, 8, 128, precision,
+                                                                  attention, ckpt)})
+    for row in rows:
+        row["activation error"] = f"{row['activation error']:+.2%}"
+        row["peak error"] = f"{row['peak error']:+.2%}"
+    return rows
+
+
+def card_rows() -> list[dict]:
+    """bert-base at 512 tokens, effective batch 32: T4 (fp16), L4 and A100 (bf16), with and without checkpointing."""
+    rows = []
+    for card, memory, precision in (("T4 16 GB", "15GiB", "fp16"), ("L4 24 GB", "22GiB", "bf16"),
+                                    ("A100 40 GB", "39GiB", "bf16")):
+        for ckpt in (False, True):
+            start = time.perf_counter()
+            plan = plan_micro_batch(PlanRequest(model="bert-base-uncased", max_length=512, precision=precision,
+                                                memory_bytes=parse_memory(memory), effective_batch=32,
+                                                gradient_checkpointing=ckpt))
+            rows.append({"card (usable memory)": f"{card} ({memory})", "precision": precision,
+                         "checkpointing": "yes" if ckpt else "no", "largest micro-batch": plan.largest_fitting_batch,
+                         "plan": f"{plan.micro_batch_size} × {plan.accumulation_steps}",
+                         "estimated peak (GiB)": plan.estimated_peak_bytes / 2**30, "peak during": plan.peak_phase,
+                         "planner time (s)": time.perf_counter() - start})
+    return rows
+
+
+if __name__ == "__main__":
+    print("## Planner vs a real CPU step (steady state, AdamW; CPU kernels)\n")
+    print(markdown_table(validation_rows(), floatfmt=".1f"))
+    print("\n## bert-base-uncased, 512 tokens, effective batch 32, SDPA (estimated for CUDA kernels)\n")
+    print(markdown_table(card_rows(), floatfmt=".2f"))

@@ -1,0 +1,196 @@
+"""Will it fit? The largest micro-batch under a memory budget, from the step's estimated peak (chapters 1 and 5).
+
+The planner asks `estimate_step_memory` (FakeTensorMode: nothing is allocated, no GPU is needed) for the peak of
+one steady-state step — the most memory alive at one moment, not the sum of the categories (chapter 1) — and adds
+what the estimate cannot see: the CUDA context and a margin for the caching allocator's rounding and fragmentation.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .precision import PRECISIONS
+
+GIB = 1024**3
+# What a CUDA process holds outside PyTorch's tensors, and allocator slack. Assumptions, not measurements: the
+# CUDA context (driver, cuBLAS/cuDNN handles and kernels) is commonly several hundred MiB and is invisible to
+# torch.cuda.memory_allocated (PyTorch's memory_allocated documentation); the caching allocator rounds blocks and
+# fragments. Both are parameters: pass the values your card measures (a GPU run can replace these defaults).
+CUDA_CONTEXT_BYTES = 512 * 2**20
+ALLOCATOR_MARGIN = 0.10  # fraction of the estimated peak
+OPTIMIZERS = ("adamw", "sgd", "none")
+_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+
+
+def parse_memory(text: str) -> int:
+    """Bytes from '15GiB', '16 GB', '24000MB' or a plain number of bytes (chapter 5)."""
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", str(text))
+    if not match or match.group(2).lower() not in _UNITS:
+        raise ValueError(f"cannot read memory size {text!r}: write e.g. 15GiB, 16GB or 24000MB")
+    return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    """What to plan for: model, tokens, precision, memory budget and the effective batch (chapter 5)."""
+
+    model: str = "bert-base-uncased"
+    max_length: int = 512
+    precision: str = "fp16"
+    memory_bytes: int = 15 * GIB
+    effective_batch: int = 32
+    attention: str = "sdpa"
+    gradient_checkpointing: bool = False
+    optimizer: str = "adamw"
+    cuda_context_bytes: int = CUDA_CONTEXT_BYTES
+    allocator_margin: float = ALLOCATOR_MARGIN
+    kernels: str = "cuda"  # whose kernel choices the estimate follows: a GPU's, or this CPU's
+
+    def __post_init__(self) -> None:
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
+        if self.attention not in ("eager", "sdpa"):
+            raise ValueError(f"attention must be 'eager' or 'sdpa', got {self.attention!r}")
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}")
+        if self.kernels not in ("cuda", "cpu"):
+            raise ValueError(f"kernels must be 'cuda' or 'cpu', got {self.kernels!r}")
+        if self.max_length < 8 or self.effective_batch < 1 or self.memory_bytes <= 0:
+            raise ValueError("max_length must be >= 8, effective_batch >= 1 and memory > 0; got "
+                             f"{self.max_length}, {self.effective_batch}, {self.memory_bytes}")
+        if not 0 <= self.allocator_margin < 1 or self.cuda_context_bytes < 0:
+            raise ValueError("allocator_margin must be in [0, 1) and cuda_context_bytes >= 0")
+
+
+@dataclass
+class Plan:
+    """The planner's answer: micro-batch, accumulation steps, and the estimated peak split by category."""
+
+    micro_batch_size: int
+    accumulation_steps: int
+    largest_fitting_batch: int
+    estimated_peak_bytes: int  # tensors at the peak + CUDA context + allocator margin
+    memory_bytes: int
+    peak_phase: str
+    breakdown: dict[str, int] = field(default_factory=dict)
+    request: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        """One JSON-ready object (`bertmem plan --json`)."""
+        return asdict(self)
+
+    def describe(self) -> str:
+        """A few lines a reader can act on (`bertmem plan`)."""
+        r = self.request
+        lines = [f"{r['model']}, {r['max_length']} tokens, {r['precision']}, {r['attention']} attention"
+                 + (", gradient checkpointing" if r["gradient_checkpointing"] else "")
+                 + f", {r['optimizer']}; budget {self.memory_bytes / GIB:.2f} GiB",
+                 f"largest micro-batch that fits: {self.largest_fitting_batch}",
+                 f"plan: micro-batch {self.micro_batch_size} × {self.accumulation_steps} accumulation steps "
+                 f"= effective batch {self.micro_batch_size * self.accumulation_steps}",
+                 f"estimated peak {self.estimated_peak_bytes / GIB:.2f} GiB (during {self.peak_phase}):"]
+        lines += [f"  {name:<34} {size / GIB:6.2f} GiB" for name, size in self.breakdown.items()]
+        return "\n".join(lines)
+
+
+def _peak(request: PlanRequest, batch: int):
+    """The estimate of one steady-state step at micro-batch `batch`."""
+    from .estimate import estimate_step_memory
+
+    return estimate_step_memory(request.model, batch, request.max_length, precision=request.precision,
+                                attention=request.attention, optimizer=request.optimizer,
+                                gradient_checkpointing=request.gradient_checkpointing, device=request.kernels)
+
+
+def _needed(request: PlanRequest, tensor_peak: int) -> int:
+    """Device memory a step needs: its tensors at the peak, the allocator margin, the CUDA context."""
+    return int(tensor_peak * (1 + request.allocator_margin)) + request.cuda_context_bytes
+
+
+def plan_micro_batch(request: PlanRequest, max_batch: int = 1024) -> Plan:
+    """The largest micro-batch whose estimated peak fits, and the accumulation for the effective batch (ch. 5).
+
+    The peak grows linearly with the micro-batch once its moment is fixed, so two estimates give a first guess
+    that a few more estimates confirm; the micro-batch used divides the effective batch exactly.
+    """
+    cache: dict[int, Any] = {}
+
+    def report(batch: int):
+        if batch not in cache:
+            cache[batch] = _peak(request, batch)
+        return cache[batch]
+
+    def fits(batch: int) -> bool:
+        return _needed(request, report(batch).step_peak) <= request.memory_bytes
+
+    if not fits(1):
+        minimum = _needed(request, report(1).step_peak)
+        raise ValueError(f"{request.model} at {request.max_length} tokens needs at least {minimum / GIB:.2f} GiB "
+                         f"for one example ({request.precision}, {request.optimizer}), but the budget is "
+                         f"{request.memory_bytes / GIB:.2f} GiB: use a card with more memory, fewer tokens, "
+                         "gradient checkpointing or a smaller optimizer state")
+    slope = max(1, report(2).step_peak - report(1).step_peak)
+    guess = 1 + int((request.memory_bytes / (1 + request.allocator_margin) - request.cuda_context_bytes
+                     - report(1).step_peak) // slope)
+    cap = min(max_batch, max(request.effective_batch, 2))  # a larger micro-batch would not be used
+    low, high = 1, cap + 1  # fits(low) holds; fits(high) does not (or high is past the cap)
+    guess = min(max(guess, 1), cap)
+    if fits(guess):
+        low = guess
+    else:
+        high = guess
+    if low + 1 < high and low == guess and not fits(low + 1):  # the linear guess was exact
+        high = low + 1
+    while low + 1 < high:  # bisect what is left (the guess is off when the peak changes its moment)
+        middle = (low + high) // 2
+        low, high = (middle, high) if fits(middle) else (low, middle)
+    largest = low
+    micro = max(d for d in range(1, min(largest, request.effective_batch) + 1) if request.effective_batch % d == 0)
+    chosen = report(micro)
+    tensor_peak = chosen.step_peak
+    at = chosen.peak_breakdown
+    breakdown = {"weights": at.get("weights", 0), "gradients": at.get("gradients", 0),
+                 "optimizer state": at.get("optimizer state", 0),
+                 "activations and temporaries": at.get("saved activations", 0) + at.get("temporaries", 0),
+                 f"allocator margin ({request.allocator_margin:.0%})": int(tensor_peak * request.allocator_margin),
+                 "CUDA context": request.cuda_context_bytes}
+    return Plan(micro_batch_size=micro, accumulation_steps=request.effective_batch // micro,
+                largest_fitting_batch=largest, estimated_peak_bytes=_needed(request, tensor_peak),
+                memory_bytes=request.memory_bytes, peak_phase=chosen.peak_phase, breakdown=breakdown,
+                request=asdict(request))
+
+
+def planner_vs_measured(config_or_model_id, model, batch_size: int, seq_len: int, precision: str = "fp32",
+                        attention: str = "sdpa", gradient_checkpointing: bool = False) -> dict[str, Any]:
+    """The planner's estimate against one real CPU step of `model` (same shapes): a validation row (chapter 5).
+
+    `model` must be built with the same attention implementation; its step runs on this machine's CPU, so the
+    estimate follows the CPU's kernel choices.
+    """
+    import torch
+
+    from .estimate import estimate_step_memory
+    from .memory import measure_step_memory
+    from .models import enable_gradient_checkpointing
+
+    estimate = estimate_step_memory(config_or_model_id, batch_size, seq_len, precision=precision,
+                                    attention=attention, gradient_checkpointing=gradient_checkpointing, device="cpu")
+    model.train()
+    if gradient_checkpointing:
+        enable_gradient_checkpointing(model)
+    generator = torch.Generator().manual_seed(0)
+    vocab = model.config.vocab_size
+    ids = torch.randint(5, vocab, (batch_size, seq_len), generator=generator)
+    batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "token_type_ids": torch.zeros_like(ids),
+             "labels": torch.randint(0, model.config.num_labels, (batch_size,), generator=generator)}
+    measured = measure_step_memory(model, batch, torch.optim.AdamW(model.parameters(), foreach=False), precision)
+    return {"batch × seq": f"{batch_size} × {seq_len}", "precision": precision, "attention": attention,
+            "checkpointing": "yes" if gradient_checkpointing else "no",
+            "activations, planner (MiB)": estimate.activations / 2**20,
+            "activations, measured (MiB)": measured.activations / 2**20,
+            "peak, planner (MiB)": estimate.step_peak / 2**20, "peak, measured (MiB)": measured.step_peak / 2**20,
+            "activation error": estimate.activations / measured.activations - 1,
+            "peak error": estimate.step_peak / measured.step_peak - 1}

@@ -1,0 +1,87 @@
+"""Chapter 5: `bertmem plan` — the largest micro-batch under a budget, from the step's estimated peak."""
+
+import json
+
+import pytest
+
+from bertmem.cli import main
+from bertmem.models import classifier_from_config, tiny_bert_config
+from bertmem.planner import GIB, PlanRequest, _needed, _peak, parse_memory, plan_micro_batch, planner_vs_measured
+
+
+@pytest.mark.parametrize("text, expected", [("15GiB", 15 * 2**30), ("16 GB", 16 * 10**9), ("512MiB", 2**29),
+                                            ("1.5GiB", 3 * 2**29), ("1000", 1000)])
+def test_parse_memory(text, expected):
+    assert parse_memory(text) == expected
+
+
+def test_parse_memory_rejects_nonsense():
+    with pytest.raises(ValueError, match="15GiB"):
+        parse_memory("lots")
+
+
+@pytest.fixture(scope="module")
+def t4_plan():
+    return plan_micro_batch(PlanRequest(model="bert-base-uncased", max_length=512, precision="fp16",
+                                        memory_bytes=15 * GIB, effective_batch=32, attention="eager"))
+
+
+def test_plan_is_the_largest_micro_batch_that_fits(t4_plan):
+    request = PlanRequest(model="bert-base-uncased", max_length=512, precision="fp16", memory_bytes=15 * GIB,
+                          effective_batch=32, attention="eager")
+    largest = t4_plan.largest_fitting_batch
+    assert 1 <= largest < 32
+    assert _needed(request, _peak(request, largest).step_peak) <= request.memory_bytes
+    assert _needed(request, _peak(request, largest + 1).step_peak) > request.memory_bytes
+    assert t4_plan.micro_batch_size * t4_plan.accumulation_steps == 32
+    assert t4_plan.micro_batch_size <= largest and 32 % t4_plan.micro_batch_size == 0
+    assert sum(t4_plan.breakdown.values()) == pytest.approx(t4_plan.estimated_peak_bytes, abs=2)
+    assert t4_plan.breakdown["CUDA context"] == request.cuda_context_bytes
+
+
+def test_a_roomy_card_takes_the_whole_effective_batch_at_once():
+    plan = plan_micro_batch(PlanRequest(model="bert-base-uncased", max_length=128, precision="bf16",
+                                        memory_bytes=80 * GIB, effective_batch=16))
+    assert (plan.micro_batch_size, plan.accumulation_steps, plan.largest_fitting_batch) == (16, 1, 16)
+
+
+def test_too_little_memory_names_the_minimum():
+    with pytest.raises(ValueError, match=r"needs at least \d+\.\d\d GiB for one example"):
+        plan_micro_batch(PlanRequest(model="bert-base-uncased", max_length=512, memory_bytes=1 * GIB))
+
+
+def test_cli_plan_prints_json_and_text(capsys):
+    common = ["plan", "--model", "bert-base-uncased", "--max-length", "128", "--precision", "bf16",
+              "--memory", "4GiB", "--effective-batch", "32"]
+    assert main(common + ["--json"]) == 0
+    answer = json.loads(capsys.readouterr().out)
+    assert {"micro_batch_size", "accumulation_steps", "estimated_peak_bytes"} <= set(answer)
+    assert answer["estimated_peak_bytes"] <= 4 * GIB
+    assert main(common) == 0
+    assert "largest micro-batch that fits" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--memory", "1GiB"], "needs at least"),
+    (["--memory", "15GiB", "--model", "nobody/no-such-model"], "not available offline"),
+    (["--memory", "auto"], "--memory 15GiB"),
+])
+def test_cli_plan_errors_are_one_line_with_exit_2(capsys, extra, message):
+    import torch
+
+    if extra == ["--memory", "auto"] and torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: --memory auto works here")
+    with pytest.raises(SystemExit) as stop:
+        main(["plan", "--max-length", "512", *extra])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and message in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("precision, attention, checkpointing", [("fp32", "eager", False), ("bf16", "sdpa", False),
+                                                                 ("fp32", "sdpa", True)])
+def test_planner_agrees_with_a_real_cpu_step(precision, attention, checkpointing):
+    config = tiny_bert_config(vocab_size=2000, hidden_size=128, num_hidden_layers=3, num_attention_heads=4,
+                              intermediate_size=512, attention_probs_dropout_prob=0.1)
+    row = planner_vs_measured(config, classifier_from_config(config, attention), 8, 64, precision, attention,
+                              checkpointing)
+    assert abs(row["activation error"]) <= 0.05 and abs(row["peak error"]) <= 0.05
