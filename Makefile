@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 TORCH_SPEC ?= torch==2.13.0
 HAS_GPU := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && echo yes)
 
-.PHONY: install test unit notebooks book site-check bench bench-estimator bench-planner clean
+.PHONY: install test unit notebooks book site-check bench bench-estimator bench-planner gpu-check clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -50,6 +50,11 @@ bench-estimator: install
 # `bertmem plan` against real CPU steps (within 5 %) and its answers for a T4, an L4 and an A100 (~2 min).
 bench-planner: install
 	$(PY) benchmarks/planner.py
+
+# On a machine with a CUDA GPU: every notebook under the GPU profile -> results/gpu/<gpu>.{json,md}
+# (wall time, CUDA peak, the planner's estimate, versions). Refuses to run without a GPU.
+gpu-check: install
+	$(PY) scripts/gpu_check.py --output results/gpu
 
 # Chapter 5's table: the seed's four rows + checkpointing on this machine's profile (CPU: ~15 min on 2 cores),
 # plus the estimated bert-base table; writes results/bench/bench.{json,md}. BENCH_ARGS="--train-size 400" etc.

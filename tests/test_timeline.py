@@ -89,16 +89,23 @@ def test_bert_base_peak_is_at_the_turn_to_backward_and_below_the_sum():
 
 
 def test_first_step_and_steady_state_differ_by_the_optimizer_state():
-    model = tiny_classifier(seed=0)
     ids = torch.randint(5, 1000, (4, 16))
     batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": torch.tensor([0, 1, 0, 1])}
-    first = measure_step_memory(tiny_classifier(seed=0), batch, torch.optim.AdamW(model.parameters()),
-                                steady_state=False)
-    model = tiny_classifier(seed=0)
-    steady = measure_step_memory(model, batch, torch.optim.AdamW(model.parameters(), foreach=False))
+    reports = {}
+    for steady_state in (False, True):
+        model = tiny_classifier(seed=0)
+        reports[steady_state] = measure_step_memory(model, batch, torch.optim.AdamW(model.parameters(),
+                                                                                    foreach=False),
+                                                    steady_state=steady_state)
+    first, steady = reports[False], reports[True]
+    assert first.optimizer_state == steady.optimizer_state > 0
     assert set(steady.peak_breakdown) == set(CATEGORIES)
-    assert steady.peak_breakdown["optimizer state"] == steady.optimizer_state > 0
-    assert first.step_peak < steady.step_peak
+    assert steady.peak_breakdown["optimizer state"] == steady.optimizer_state
+    before_first, before_steady = first.timeline.breakdown_at(-1), steady.timeline.breakdown_at(-1)
+    assert before_first["optimizer state"] == 0  # the first step creates it in its optimizer phase
+    assert before_steady["optimizer state"] == steady.optimizer_state  # every later step starts with it
+    assert steady.timeline.phase_peaks()["forward"] == first.timeline.phase_peaks()["forward"] + steady.optimizer_state
+    assert first.step_peak <= steady.step_peak
 
 
 def test_timeline_plot_marks_the_peak():

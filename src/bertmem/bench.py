@@ -105,18 +105,22 @@ def fit_check(bench: BenchConfig, model, run: RunConfig, config: TrainConfig, pr
     from .estimate import estimate_step_memory
     from .planner import PlanRequest, _needed
 
-    budget = bench.memory_bytes
+    budget, context = bench.memory_bytes, None
     if budget is None:
         from .devices import cuda_free_bytes
 
         budget = cuda_free_bytes(config.device) if config.device.startswith("cuda") else None
+        context = 0  # measured free memory: this process's CUDA context is already taken out
     if budget is None:
         return None
     kernels = "cuda" if config.device.startswith("cuda") else "cpu"
     peak = estimate_step_memory(model.config, run.batch_size, run.max_length, precision=precision,
                                 attention=run.attention, gradient_checkpointing=config.gradient_checkpointing,
                                 num_labels=model.config.num_labels, device=kernels).step_peak
-    needed = _needed(PlanRequest(model=run.model, max_length=run.max_length, kernels=kernels), peak)
+    request = PlanRequest(model=run.model, max_length=run.max_length, kernels=kernels)
+    if context is not None:
+        request = PlanRequest(model=run.model, max_length=run.max_length, kernels=kernels, cuda_context_bytes=context)
+    needed = _needed(request, peak)
     if needed <= budget:
         return None
     return f"does not fit (estimated {needed / 1e9:.1f} GB > {budget / 1e9:.1f} GB)"
@@ -143,16 +147,16 @@ def run_variant(bench: BenchConfig, variant: str, frames, peak_tflops: dict[str,
     eval_loader = make_loader(tokenize_frame(eval_frame, tokenizer, run.max_length), tokenizer, 32,
                               group_by_length=True)
     precision = choose_precision(config.precision, torch.device(config.device).type, verbose=False).precision
-    model.to(config.device).train()
-    if config.gradient_checkpointing:
-        enable_gradient_checkpointing(model)
     row = {"variant": variant, "micro-batch": run.batch_size, "accumulation": config.accumulation_steps,
            "precision": precision, "attention": run.attention,
            "padding": "dynamic, length-grouped" if run.group_by_length else f"to {run.max_length}"}
-    cuda = config.device.startswith("cuda")
-    verdict = fit_check(bench, model, run, config, precision)
+    verdict = fit_check(bench, model, run, config, precision)  # before the model takes memory on the device
     if verdict is not None:
         return {**row, "accuracy": float("nan"), "note": verdict}
+    model.to(config.device).train()
+    if config.gradient_checkpointing:
+        enable_gradient_checkpointing(model)
+    cuda = config.device.startswith("cuda")
     try:
         report = measure_step_memory(model, {k: v.to(config.device) for k, v in widest_batch(loader).items()},
                                      precision=precision)

@@ -92,12 +92,13 @@ def load_checkpoint(folder: str | os.PathLike) -> dict[str, Any]:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # noqa: BLE001 - a damaged file fails in many ways (Unpickling, EOF, Key, zip errors)
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise CheckpointError(f"cannot read checkpoint {path} ({first[:160]}): it is damaged, truncated or not a "
-                              "bertmem checkpoint; delete it to start over") from None
+        raise CheckpointError(f"cannot read checkpoint {path} ({first[:160]}): it is damaged, truncated, written "
+                              f"by a bertmem older than format {FORMAT}, or not a bertmem checkpoint; start a new "
+                              "run in another output folder") from None
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         found = state.get("format") if isinstance(state, dict) else type(state).__name__
-        raise CheckpointError(f"{path} is not a bertmem checkpoint of format {FORMAT} (found {found!r}): delete it "
-                              "to start over")
+        raise CheckpointError(f"{path} is not a bertmem checkpoint of format {FORMAT} (found {found!r}): start a "
+                              "new run in another output folder")
     return state
 
 

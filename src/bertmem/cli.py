@@ -97,17 +97,19 @@ def plan_main(args: argparse.Namespace) -> dict:
     from .devices import cuda_free_bytes
     from .planner import PlanRequest, parse_memory, plan_micro_batch
 
+    context = parse_memory(args.cuda_context)
     if args.memory == "auto":
         memory = cuda_free_bytes()
         if memory is None:
             raise ValueError("--memory auto reads a CUDA GPU's free memory, and this machine has none: "
                              "pass the card's memory, e.g. --memory 15GiB")
+        context = 0  # free memory is measured after this process made its CUDA context
     else:
         memory = parse_memory(args.memory)
     request = PlanRequest(model=args.model, max_length=args.max_length, precision=args.precision, memory_bytes=memory,
                           effective_batch=args.effective_batch, attention=args.attention,
                           gradient_checkpointing=args.gradient_checkpointing, optimizer=args.optimizer,
-                          cuda_context_bytes=parse_memory(args.cuda_context),
+                          cuda_context_bytes=context,
                           allocator_margin=args.allocator_margin, kernels=args.kernels)
     plan = plan_micro_batch(request)
     print(json.dumps(plan.as_dict()) if args.json else plan.describe())

@@ -314,7 +314,7 @@ def dataset_fingerprint(examples) -> str:
     digest = hashlib.sha256()
     if isinstance(examples, EncodedDataset):
         for ids in examples.encodings["input_ids"]:
-            digest.update(np.asarray(ids, dtype=np.int64).tobytes())
+            digest.update(len(ids).to_bytes(4, "little") + np.asarray(ids, dtype=np.int64).tobytes())
         digest.update(np.asarray(examples.labels, dtype=np.int64).tobytes())
         return digest.hexdigest()[:16]
     for index in range(len(examples)):
@@ -322,5 +322,5 @@ def dataset_fingerprint(examples) -> str:
         for key in sorted(item):
             value = item[key]
             array = value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
-            digest.update(key.encode() + array.tobytes())
+            digest.update(key.encode() + str(array.shape).encode() + array.tobytes())
     return digest.hexdigest()[:16]

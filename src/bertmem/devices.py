@@ -26,11 +26,16 @@ def require_device(device: str | torch.device) -> torch.device:
 
 
 def cuda_free_bytes(device: str | torch.device = "cuda") -> int | None:
-    """Free memory of a CUDA device in bytes (`torch.cuda.mem_get_info`); None where there is no GPU (chapter 5)."""
+    """Memory a new step could use on a CUDA device: free plus what PyTorch caches unused; None without a GPU.
+
+    The CUDA context of this process already exists then, so it is not part of the answer (chapter 5).
+    """
     if not torch.cuda.is_available():
         return None
-    free, _total = torch.cuda.mem_get_info(torch.device(device))
-    return int(free)
+    device = torch.device(device)
+    free, _total = torch.cuda.mem_get_info(device)
+    cached = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+    return int(free + cached)
 
 
 # The CUDA-only calls of the package, each with its answer on a machine without a GPU (all chapters).

@@ -129,8 +129,10 @@ def run_experiment(run: RunConfig, config: TrainConfig) -> dict[str, Any]:
     names = train_frame.attrs["label_names"]
     seed_everything(config.seed)  # the new classifier head is drawn here: same seed, same run
     model, tokenizer = build_model(run, names)
-    if device is not None:
+    if device is not None and run.backend != "accelerate":  # Accelerate gives each process its own device
         model.to(device)  # placed once; every helper below follows the model
+    if run.output_dir and run.overwrite and not config.resume:
+        remove_previous_run(Path(run.output_dir).expanduser())
     train_set = tokenize_frame(train_frame, tokenizer, run.max_length)
     pad = run.max_length if run.pad_to_max_length else None
     train_loader = make_loader(train_set, tokenizer, run.batch_size, shuffle=True, seed=config.seed,
@@ -188,8 +190,8 @@ def prepare_output_dir(run: RunConfig, resume: bool = False) -> Path:
     if folder.exists() and not folder.is_dir():
         raise ValueError(f"output_dir {folder} is a file, not a folder: choose another --output-dir")
     model_dir = Path(run.model).expanduser()
-    written = [folder, folder / "model"] if run.save_model else [folder]  # where config.json files are written
-    if model_dir.is_dir() and model_dir.resolve() in [w.resolve() for w in written]:
+    inside = folder.resolve() in (model_dir.resolve(), *model_dir.resolve().parents)
+    if model_dir.is_dir() and inside:
         raise ValueError(f"output_dir {folder} holds the model being fine-tuned ({run.model}): writing results "
                          "there would replace its files; choose another --output-dir")
     try:
@@ -204,10 +206,13 @@ def prepare_output_dir(run: RunConfig, resume: bool = False) -> Path:
         names = ", ".join(p.name for p in previous)
         raise ValueError(f"output_dir {folder} already holds a run ({names}): pass --overwrite (overwrite=True) "
                          "to replace it, --resume to continue it, or choose another --output-dir")
-    if previous and run.overwrite and not resume:
-        for path in previous:
-            shutil.rmtree(path) if path.is_dir() else path.unlink()
     return folder
+
+
+def remove_previous_run(folder: Path) -> None:
+    """With overwrite: drop an earlier run's files once data and model have loaded (a typo costs nothing)."""
+    for path in previous_run_files(folder):  # several processes may do this at once under accelerate launch
+        shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
 
 
 def write_outputs(folder: Path, run: RunConfig, config: TrainConfig, summary: dict, result: TrainResult,

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import signal
 import threading
-from typing import Iterator
+from typing import Callable, Iterator
 
 EXIT_CODES = {"SIGINT": 130, "SIGTERM": 143}  # 128 + the signal number, as shells report it
 
@@ -48,10 +49,10 @@ def sigterm_interrupts() -> Iterator[None]:
 
 @contextlib.contextmanager
 def signals_deferred() -> Iterator[None]:
-    """Ctrl-C and SIGTERM wait until the block ends, then interrupt: a save is never cut in half (chapter 5).
+    """Ctrl-C and SIGTERM wait until the block ends, then reach their usual handler: a save is never cut in half.
 
-    A signal whose handler was `SIG_IGN` before the block stays ignored. Outside the main thread the
-    block changes nothing (signal handlers can only be set there).
+    The signal is raised again after the block, so whatever handler was in place (the training loop's, Python's
+    Ctrl-C handler, `SIG_IGN`) decides what happens (chapter 5). Outside the main thread the block changes nothing.
     """
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -65,6 +66,14 @@ def signals_deferred() -> Iterator[None]:
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
-    live = [name for name in received if previous[signal.Signals[name]] is not signal.SIG_IGN]
-    if live:
-        raise TrainingInterrupted(f"{live[0]} received", live[0])
+    for name in dict.fromkeys(received):  # now through the handler that was in place (ours, the default, …)
+        signal.raise_signal(signal.Signals[name])
+
+
+def stops_on_sigterm(function: Callable) -> Callable:
+    """Decorator: run `function` inside `sigterm_interrupts()` (the training loop of chapter 5)."""
+    @functools.wraps(function)
+    def wrapper(*args, **kwargs):
+        with sigterm_interrupts():
+            return function(*args, **kwargs)
+    return wrapper

@@ -88,7 +88,9 @@ class Plan:
         lines = [f"{r['model']}, {r['max_length']} tokens, {r['precision']}, {r['attention']} attention"
                  + (", gradient checkpointing" if r["gradient_checkpointing"] else "")
                  + f", {r['optimizer']}; budget {self.memory_bytes / GIB:.2f} GiB",
-                 f"largest micro-batch that fits: {self.largest_fitting_batch}",
+                 f"largest micro-batch that fits: {self.largest_fitting_batch}"
+                 + (" (not searched beyond the effective batch)"
+                    if self.largest_fitting_batch >= r["effective_batch"] else ""),
                  f"plan: micro-batch {self.micro_batch_size} × {self.accumulation_steps} accumulation steps "
                  f"= effective batch {self.micro_batch_size * self.accumulation_steps}",
                  f"estimated peak {self.estimated_peak_bytes / GIB:.2f} GiB (during {self.peak_phase}):"]
@@ -133,8 +135,8 @@ def plan_micro_batch(request: PlanRequest, max_batch: int = 1024) -> Plan:
                          f"{request.memory_bytes / GIB:.2f} GiB: use a card with more memory, fewer tokens, "
                          "gradient checkpointing or a smaller optimizer state")
     slope = max(1, report(2).step_peak - report(1).step_peak)
-    guess = 1 + int((request.memory_bytes / (1 + request.allocator_margin) - request.cuda_context_bytes
-                     - report(1).step_peak) // slope)
+    usable = (request.memory_bytes - request.cuda_context_bytes) / (1 + request.allocator_margin)
+    guess = 1 + int((usable - report(1).step_peak) // slope)
     cap = min(max_batch, max(request.effective_batch, 2))  # a larger micro-batch would not be used
     low, high = 1, cap + 1  # fits(low) holds; fits(high) does not (or high is past the cap)
     guess = min(max(guess, 1), cap)

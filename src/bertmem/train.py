@@ -18,7 +18,7 @@ from .checkpoint import (capture_rng, check_resume_settings, load_checkpoint, lo
                          save_checkpoint)
 from .data import dataset_fingerprint
 from .devices import model_device, move_to, require_device, resolve_device
-from .interrupts import TrainingInterrupted, sigterm_interrupts
+from .interrupts import TrainingInterrupted, stops_on_sigterm
 from .precision import REQUESTS, MixedPrecision, check_finite, choose_precision
 from .profile import progress as progress_bar
 from .profile import seed_everything
@@ -194,6 +194,7 @@ def run_settings(config: TrainConfig, train_loader, micro_size: int, extra: dict
     return settings
 
 
+@stops_on_sigterm  # SIGTERM saves a checkpoint like Ctrl-C does
 def train(model: torch.nn.Module, train_loader: DataLoader, config: TrainConfig,
           eval_loader: DataLoader | None = None, settings: dict[str, Any] | None = None) -> TrainResult:
     """Fine-tune: windows of micro-batches (ch. 2), autocast + scaler (ch. 3), layer-wise LRs (ch. 4), checkpoints (ch. 5).
@@ -201,12 +202,6 @@ def train(model: torch.nn.Module, train_loader: DataLoader, config: TrainConfig,
     `settings`: what the caller knows about the run (model id, dataset name …), stored in checkpoints and
     compared on resume together with the recipe and the data's fingerprint.
     """
-    with sigterm_interrupts():  # SIGTERM saves a checkpoint like Ctrl-C does
-        return _train(model, train_loader, config, eval_loader, settings)
-
-
-def _train(model, train_loader, config: TrainConfig, eval_loader, extra_settings) -> TrainResult:
-    """The body of `train`, run with SIGTERM turned into an interrupt."""
     if len(train_loader) == 0:
         raise ValueError("the training loader yields no batches: the dataset is empty")
     micro_size = getattr(train_loader, "batch_size", None) or len(next(iter(train_loader))["labels"])
@@ -229,7 +224,11 @@ def _train(model, train_loader, config: TrainConfig, eval_loader, extra_settings
     pos = {"epoch": 1, "micro_batches": 0, "step": 0, "seen": 0, "splits": 1, "skipped": 0, "elapsed_s": 0.0,
            "generator": generator.get_state() if generator is not None else None}
     rng = None
-    settings = run_settings(config, train_loader, micro_size, extra_settings) if config.checkpoint_dir else {}
+    extra_settings, settings = settings, {}
+    if config.checkpoint_dir:
+        settings = run_settings(config, train_loader, micro_size, extra_settings)
+    if settings:
+        settings["precision_used"] = choice.precision  # 'auto' can resolve differently on another card
     if config.resume:
         ckpt = load_checkpoint(config.checkpoint_dir)
         check_resume_settings(ckpt["settings"], settings, config.checkpoint_dir)
@@ -241,11 +240,18 @@ def _train(model, train_loader, config: TrainConfig, eval_loader, extra_settings
         pos, rng, result.history, result.epochs = ckpt["position"], ckpt["rng"], ckpt["history"], ckpt["epochs"]
         amp.skipped_steps = pos["skipped"]
 
+    last_saved: list[dict] = []  # the position most recently written (an interrupt need not write it twice)
+
     def checkpoint(position: dict, rng_state: dict) -> None:
-        save_checkpoint(config.checkpoint_dir, model=model, optimizer=optimizer, scheduler=scheduler,
-                        scaler=amp.scaler if choice.use_scaler else None, rng=rng_state,
-                        position=dict(position, skipped=amp.skipped_steps), history=result.history,
-                        epochs=result.epochs, settings=settings)
+        try:
+            save_checkpoint(config.checkpoint_dir, model=model, optimizer=optimizer, scheduler=scheduler,
+                            scaler=amp.scaler if choice.use_scaler else None, rng=rng_state,
+                            position=dict(position, skipped=amp.skipped_steps), history=result.history,
+                            epochs=result.epochs, settings=settings)
+        except TrainingInterrupted:  # a SIGTERM that waited for the save: the file is complete
+            last_saved[:] = [position]
+            raise
+        last_saved[:] = [position]
 
     step, splits = pos["step"], pos["splits"]
     for epoch in range(pos["epoch"], config.epochs + 1):
@@ -295,29 +301,32 @@ def _train(model, train_loader, config: TrainConfig, eval_loader, extra_settings
                         checkpoint(boundary, boundary_rng)
                 if step >= total:
                     break
+            elapsed = before + time.perf_counter() - start
+            record = {"epoch": epoch, "train_time_s": elapsed, "examples": seen, "examples_per_s": seen / elapsed}
+            if eval_loader is not None:  # interrupted here: the resumed run skips the trained batches, evaluates
+                record.update(evaluate(model, eval_loader, show_progress=config.progress))
+            result.epochs.append(record)
+            pos = {"epoch": epoch + 1, "micro_batches": 0, "step": step, "seen": 0, "splits": splits,
+                   "elapsed_s": 0.0, "generator": generator.get_state() if generator is not None else None}
+            if config.checkpoint_dir:
+                boundary, boundary_rng = pos, capture_rng()
+                checkpoint(pos, boundary_rng)
         except KeyboardInterrupt as stop:
-            raise interruption(stop, boundary, boundary_rng, checkpoint, config) from None
-        elapsed = before + time.perf_counter() - start
-        record = {"epoch": epoch, "train_time_s": elapsed, "examples": seen, "examples_per_s": seen / elapsed}
-        if eval_loader is not None:
-            record.update(evaluate(model, eval_loader, show_progress=config.progress))
-        result.epochs.append(record)
-        pos = {"epoch": epoch + 1, "micro_batches": 0, "step": step, "seen": 0, "splits": splits, "elapsed_s": 0.0,
-               "generator": generator.get_state() if generator is not None else None}
-        if config.checkpoint_dir:
-            checkpoint(pos, capture_rng())
+            written = bool(last_saved) and last_saved[0] is boundary
+            raise interruption(stop, boundary, boundary_rng, checkpoint, config, written) from None
     result.skipped_steps = amp.skipped_steps
     return result
 
 
-def interruption(stop: KeyboardInterrupt, boundary: dict, rng_state, checkpoint, config: TrainConfig
-                 ) -> TrainingInterrupted:
-    """Save the last finished optimizer step and say where it is (Ctrl-C or SIGTERM) (chapter 5)."""
+def interruption(stop: KeyboardInterrupt, boundary: dict, rng_state, checkpoint, config: TrainConfig,
+                 written: bool = False) -> TrainingInterrupted:
+    """Save the last finished optimizer step (unless `written`) and say where it is (Ctrl-C or SIGTERM) (ch. 5)."""
     name = getattr(stop, "signal_name", "SIGINT")
     label = "Ctrl-C" if name == "SIGINT" else name
     if not config.checkpoint_dir:
         return TrainingInterrupted(f"interrupted by {label} after optimizer step {boundary['step']}; no checkpoint "
                                    "was kept (set checkpoint_dir, or --checkpoint-every, to keep progress)", name)
-    checkpoint(boundary, rng_state)
+    if not written:
+        checkpoint(boundary, rng_state)
     return TrainingInterrupted(f"interrupted by {label}: saved a checkpoint at optimizer step {boundary['step']} "
                                f"in {config.checkpoint_dir}; run again with resume=True (--resume) to continue", name)

@@ -1,0 +1,111 @@
+"""Execute every chapter under the GPU profile and record what the GPU did (`make gpu-check`).
+
+For each notebook: wall time, the CUDA peak (`torch.cuda.max_memory_allocated` over the whole notebook), the
+planner's estimate of one training step at the profile's micro-batch and length, and the versions; written to
+results/gpu/<gpu-name>.json and a markdown summary beside it. Needs a CUDA GPU unless --allow-cpu (a dry run of
+the script itself, for tests).
+
+Usage: python scripts/gpu_check.py [--output results/gpu] [--allow-cpu] [notebook ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PROBE = """import json as _json, platform as _platform, torch as _torch, transformers as _transformers
+_cuda = _torch.cuda.is_available()
+print("GPU-CHECK " + _json.dumps({
+    "cuda_peak_bytes": _torch.cuda.max_memory_allocated() if _cuda else None,
+    "gpu": _torch.cuda.get_device_name(0) if _cuda else "cpu",
+    "torch": _torch.__version__, "transformers": _transformers.__version__,
+    "python": _platform.python_version()}))"""
+
+
+def run_notebook(path: Path, env: dict[str, str], timeout: int = 1800) -> dict:
+    """Execute one notebook (its own folder as working directory) plus a probe cell; its record."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    notebook = nbformat.read(path, as_version=4)
+    notebook.cells.append(nbformat.v4.new_code_cell(PROBE))
+    start = time.perf_counter()
+    error = None
+    old_env = dict(os.environ)
+    os.environ.update(env)  # the kernel inherits this process's environment
+    try:
+        NotebookClient(notebook, timeout=timeout, kernel_name="python3",
+                       resources={"metadata": {"path": str(path.parent)}}).execute()
+    except Exception as err:  # a failing chapter is a result too
+        error = f"{type(err).__name__}: {str(err).strip().splitlines()[-1][:300] if str(err).strip() else ''}"
+    finally:
+        os.environ.clear()
+        os.environ.update(old_env)
+    record = {"notebook": path.name, "wall_time_s": round(time.perf_counter() - start, 1), "error": error}
+    for output in notebook.cells[-1].get("outputs", []):
+        for line in output.get("text", "").splitlines():
+            if line.startswith("GPU-CHECK "):
+                record.update(json.loads(line.removeprefix("GPU-CHECK ")))
+    return record
+
+
+def planner_estimate(profile) -> dict:
+    """The estimated peak of one training step at the profile's micro-batch and length (precision auto)."""
+    from bertmem.estimate import estimate_step_memory
+    from bertmem.precision import choose_precision
+
+    device = "cuda" if profile.device.startswith("cuda") else "cpu"
+    precision = choose_precision("auto", device, verbose=False).precision
+    report = estimate_step_memory(profile.model_id, profile.batch_size, profile.max_length, precision=precision,
+                                  device=device)
+    return {"estimate_step_peak_bytes": report.step_peak, "estimate_peak_phase": report.peak_phase,
+            "estimate_precision": precision, "estimate_batch": profile.batch_size,
+            "estimate_max_length": profile.max_length}
+
+
+def summary(records: list[dict], gpu: str) -> str:
+    """The markdown table that sits beside the JSON."""
+    lines = [f"# GPU check: {gpu}\n", "| notebook | wall time (min) | CUDA peak (GiB) | error |", "|---|---|---|---|"]
+    for r in records:
+        peak = "" if r.get("cuda_peak_bytes") is None else f"{r['cuda_peak_bytes'] / 2**30:.2f}"
+        lines.append(f"| {r['notebook']} | {r['wall_time_s'] / 60:.1f} | {peak} | {r['error'] or ''} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("notebooks", nargs="*", help="default: every notebook in book/")
+    parser.add_argument("--output", default=str(ROOT / "results" / "gpu"))
+    parser.add_argument("--allow-cpu", action="store_true", help="run without a GPU (tests the script only)")
+    args = parser.parse_args(argv)
+    import torch
+
+    if not torch.cuda.is_available() and not args.allow_cpu:
+        print("gpu-check needs a CUDA GPU (torch.cuda.is_available() is False); nothing was run", file=sys.stderr)
+        return 2
+    sys.path.insert(0, str(ROOT / "src"))
+    from bertmem.profile import get_profile
+
+    env = {"BERTMEM_PROFILE": "gpu"} if torch.cuda.is_available() else {}
+    profile = get_profile(env={**os.environ, **env})
+    paths = [Path(p) for p in args.notebooks] or sorted((ROOT / "book").glob("*.ipynb"))
+    records = [run_notebook(path, env) for path in paths]
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
+    result = {"gpu": gpu, "profile": profile.describe(), "planner": planner_estimate(profile), "chapters": records}
+    folder = Path(args.output)
+    folder.mkdir(parents=True, exist_ok=True)
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "-", gpu).strip("-")
+    (folder / f"{stem}.json").write_text(json.dumps(result, indent=1))
+    (folder / f"{stem}.md").write_text(summary(records, gpu))
+    print(summary(records, gpu))
+    return 1 if any(r["error"] for r in records) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

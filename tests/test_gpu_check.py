@@ -1,0 +1,42 @@
+"""`make gpu-check`'s script, run on the CPU against small notebooks (the real run needs a GPU)."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "scripts" / "gpu_check.py"
+
+
+def notebook(path: Path, *sources: str) -> Path:
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(s) for s in sources]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, path)
+    return path
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU: the refusal is not shown")
+def test_gpu_check_refuses_to_run_without_a_gpu(tmp_path):
+    done = subprocess.run([sys.executable, str(SCRIPT), "--output", str(tmp_path)], capture_output=True, text=True)
+    assert done.returncode == 2 and "needs a CUDA GPU" in done.stderr and not list(tmp_path.iterdir())
+
+
+def test_gpu_check_records_each_chapter_and_its_errors(tmp_path):
+    good = notebook(tmp_path / "good.ipynb", "x = sum(range(10))", "print(x)")
+    bad = notebook(tmp_path / "bad.ipynb", "raise ValueError('broken chapter')")
+    done = subprocess.run([sys.executable, str(SCRIPT), "--allow-cpu", "--output", str(tmp_path / "out"),
+                           str(good), str(bad)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1, done.stderr[-2000:]  # one chapter failed
+    result = json.loads((tmp_path / "out" / "cpu.json").read_text())
+    chapters = {c["notebook"]: c for c in result["chapters"]}
+    assert chapters["good.ipynb"]["error"] is None and chapters["good.ipynb"]["wall_time_s"] > 0
+    assert chapters["good.ipynb"]["torch"] == torch.__version__ and chapters["good.ipynb"]["gpu"] == "cpu"
+    assert "broken chapter" in chapters["bad.ipynb"]["error"]
+    assert result["planner"]["estimate_step_peak_bytes"] > 0
+    assert "| good.ipynb |" in (tmp_path / "out" / "cpu.md").read_text()
