@@ -26,7 +26,7 @@ def test_auto_selection_by_hardware(device, capability, cpu_bf16, expected, caps
     (dict(requested="fp16", device_type="cpu", cpu_bf16=True), "25x slower"),
     (dict(requested="bf16", device_type="cuda", capability=(7, 5)), "not supported"),
     (dict(requested="fp8", device_type="cpu"), "unknown precision"),
-    (dict(requested="auto", device_type="tpu"), "device_type"),
+    (dict(requested="bf16", device_type="lazy"), "not supported"),
 ])
 def test_bad_precision_requests(kwargs, message):
     with pytest.raises(ValueError, match=message):
@@ -132,3 +132,8 @@ def test_diagnose_scale_trace_names_the_three_regimes():
     assert "Frequent" in diagnose_scale_trace(frequent, 2.0**16)
     with pytest.raises(ValueError, match="empty"):
         diagnose_scale_trace([], 1.0)
+
+
+def test_other_device_types_get_fp32_unless_told_otherwise():
+    choice = choose_precision("auto", "lazy", verbose=False)
+    assert choice.precision == "fp32" and not choice.use_scaler and "no mixed-precision policy" in choice.reason
