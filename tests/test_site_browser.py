@@ -157,11 +157,13 @@ def test_every_page_loads_renders_math_images_and_links(site, base_url, browser)
     assert not problems, "\n".join(problems)
 
 
-# Cell outputs as a reader sees them: tables rendered (no markdown source in an output block), and images shown at
+# Cell outputs as a reader sees them: tables rendered (no lines of markdown table source, `| a | b |`, in an output
+# block, whether printed or rendered as a paragraph), and images shown at
 # no less than 2/3 of their natural width (a wider figure is shrunk until its labels cannot be read).
 OUTPUT_CHECKS = """
 const outputs = Array.from(document.querySelectorAll('.cell_output, .output'));
-const raw = outputs.filter(o => /\\|\\s*:?-{3,}:?\\s*\\|/.test(o.innerText)).map(o => o.innerText.slice(0, 80));
+const piped = o => o.innerText.split('\\n').some(l => /^\\s*\\|.*\\|.*\\|\\s*$/.test(l));
+const raw = outputs.filter(piped).map(o => o.innerText.slice(0, 80));
 const shrunk = Array.from(document.querySelectorAll('.cell_output img, .output img'))
   .filter(i => i.complete && i.naturalWidth > 0 && i.getBoundingClientRect().width > 0)
   .map(i => [i.naturalWidth, i.getBoundingClientRect().width, i.src.split('/').pop()])
