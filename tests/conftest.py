@@ -37,3 +37,14 @@ def tiny_batches():
         ids[:, 1] = 7 + labels  # the label is written in token 1: easy to learn
         batches.append({"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": labels})
     return batches
+
+
+@pytest.fixture(scope="session")
+def reviews_csv(tmp_path_factory):
+    """120 short reviews with arbitrary column names and string labels."""
+    words = {"pos": "great lovely superb fun", "neg": "awful boring dull bad"}
+    rows = [(f"movie {i} was {words['pos' if i % 2 else 'neg'].split()[i % 4]} and {i % 7} stars",
+             "pos" if i % 2 else "neg") for i in range(120)]
+    path = tmp_path_factory.mktemp("data") / "reviews.csv"
+    pd.DataFrame(rows, columns=["review", "sentiment"]).to_csv(path, index=False)
+    return path

@@ -18,17 +18,7 @@ from bertmem.cli import main
 from bertmem.hf_trainer import train_with_trainer
 from bertmem.models import classifier_from_config, tiny_bert_config
 from bertmem.train import TrainConfig, train
-
-
-@pytest.fixture(scope="module")
-def reviews_csv(tmp_path_factory):
-    """120 short reviews with arbitrary column names and string labels."""
-    words = {"pos": "great lovely superb fun", "neg": "awful boring dull bad"}
-    rows = [(f"movie {i} was {words['pos' if i % 2 else 'neg'].split()[i % 4]} and {i % 7} stars",
-             "pos" if i % 2 else "neg") for i in range(120)]
-    path = tmp_path_factory.mktemp("data") / "reviews.csv"
-    pd.DataFrame(rows, columns=["review", "sentiment"]).to_csv(path, index=False)
-    return path
+from cli_helpers import cli_args
 
 
 @pytest.fixture(scope="module")
@@ -37,13 +27,6 @@ def plain_csv(reviews_csv):
     path = reviews_csv.with_name("plain.csv")
     pd.read_csv(reviews_csv).rename(columns={"review": "text", "sentiment": "label"}).to_csv(path, index=False)
     return path
-
-
-def cli_args(csv, out, *extra):
-    return ["train", "--model", "tiny-bert", "--dataset", str(csv), "--text-column", "review",
-            "--label-column", "sentiment", "--train-size", "64", "--eval-size", "24", "--max-length", "32",
-            "--batch-size", "8", "--lr", "1e-3", "--epochs", "1", "--device", "cpu", "--no-progress",
-            "--output-dir", str(out), *extra]
 
 
 def test_cli_train_writes_metrics_config_plot_and_model(tmp_path, reviews_csv, capsys):
@@ -254,7 +237,7 @@ def test_saved_model_predicts_new_texts_with_its_label_names(tmp_path, reviews_c
 def test_bench_marks_a_variant_that_does_not_fit_and_keeps_the_rest(plain_csv):
     from bertmem.estimate import estimate_step_memory
     from bertmem.experiment import build_model, RunConfig
-    from bertmem.planner import PlanRequest, _needed
+    from bertmem.planner import PlanRequest
 
     variants = ("fp32 baseline", "accumulation ×4", "full recipe")
     model, _ = build_model(RunConfig(model="tiny-bert", max_length=32), ["neg", "pos"])
@@ -262,7 +245,7 @@ def test_bench_marks_a_variant_that_does_not_fit_and_keeps_the_rest(plain_csv):
     def needed(batch, attention, precision):
         peak = estimate_step_memory(model.config, batch, 32, precision=precision, attention=attention,
                                     device="cpu").step_peak
-        return _needed(PlanRequest(kernels="cpu"), peak)
+        return PlanRequest(kernels="cpu").needed_bytes(peak)
 
     # a budget between what micro-batch 2 (accumulation rows) and micro-batch 8 (the baseline) need
     budget = (needed(2, "eager", "fp32") + needed(8, "eager", "fp32")) // 2

@@ -14,9 +14,8 @@ import torch
 from torch.utils.data import DataLoader
 
 from bertmem.bench import BenchConfig, run_variant
-from bertmem.data import EncodedDataset, make_loader, tokenize_frame
 from bertmem.devices import model_device
-from bertmem.experiment import RunConfig, build_model, load_frames, predict_texts
+from bertmem.experiment import RunConfig, load_frames, predict_texts
 from bertmem.faults import interrupt_after
 from bertmem.memory import measure_step_memory
 from bertmem.models import load_tokenizer, tiny_classifier

@@ -6,7 +6,7 @@ import pytest
 
 from bertmem.cli import main
 from bertmem.models import classifier_from_config, tiny_bert_config
-from bertmem.planner import GIB, PlanRequest, _needed, _peak, parse_memory, plan_micro_batch, planner_vs_measured
+from bertmem.planner import GIB, PlanRequest, estimate_for, parse_memory, plan_micro_batch, planner_vs_measured
 
 
 @pytest.mark.parametrize("text, expected", [("15GiB", 15 * 2**30), ("16 GB", 16 * 10**9), ("512MiB", 2**29),
@@ -31,8 +31,8 @@ def test_plan_is_the_largest_micro_batch_that_fits(t4_plan):
                           effective_batch=32, attention="eager")
     largest = t4_plan.largest_fitting_batch
     assert 1 <= largest < 32
-    assert _needed(request, _peak(request, largest).step_peak) <= request.memory_bytes
-    assert _needed(request, _peak(request, largest + 1).step_peak) > request.memory_bytes
+    assert request.needed_bytes(estimate_for(request, largest).step_peak) <= request.memory_bytes
+    assert request.needed_bytes(estimate_for(request, largest + 1).step_peak) > request.memory_bytes
     assert t4_plan.micro_batch_size * t4_plan.accumulation_steps == 32
     assert t4_plan.micro_batch_size <= largest and 32 % t4_plan.micro_batch_size == 0
     assert sum(t4_plan.breakdown.values()) == pytest.approx(t4_plan.estimated_peak_bytes, abs=2)

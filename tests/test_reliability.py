@@ -22,6 +22,7 @@ from bertmem.interrupts import TrainingInterrupted, sigterm_interrupts
 from bertmem.models import tiny_classifier
 from bertmem.profile import MINILM_ID
 from bertmem.train import TrainConfig, train
+from cli_helpers import cli_args
 
 
 def write_csv(path: Path, rows: list[tuple[str, str]]) -> Path:
@@ -35,22 +36,6 @@ def three_class_csv(tmp_path_factory):
     labels = ["neg", "neutral", "pos"]
     rows = [(f"review {i} says {labels[i % 3]} things about film {i % 11}", labels[i % 3]) for i in range(90)]
     return write_csv(tmp_path_factory.mktemp("three") / "train.csv", rows)
-
-
-@pytest.fixture(scope="module")
-def reviews_csv(tmp_path_factory):
-    """120 short two-class reviews."""
-    words = {"pos": "great lovely superb fun", "neg": "awful boring dull bad"}
-    rows = [(f"movie {i} was {words['pos' if i % 2 else 'neg'].split()[i % 4]} and {i % 7} stars",
-             "pos" if i % 2 else "neg") for i in range(120)]
-    return write_csv(tmp_path_factory.mktemp("two") / "reviews.csv", rows)
-
-
-def cli_args(csv, out, *extra):
-    return ["train", "--model", "tiny-bert", "--dataset", str(csv), "--text-column", "review",
-            "--label-column", "sentiment", "--train-size", "64", "--eval-size", "24", "--max-length", "32",
-            "--batch-size", "8", "--lr", "1e-3", "--epochs", "1", "--device", "cpu", "--no-progress",
-            "--output-dir", str(out), *extra]
 
 
 def exit_message(capsys, argv) -> tuple[int, str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from dataclasses import asdict, dataclass
@@ -103,24 +104,23 @@ def model_flops_utilisation(num_params: int, tokens: int, seconds: float, peak_t
 def fit_check(bench: BenchConfig, model, run: RunConfig, config: TrainConfig, precision: str) -> str | None:
     """'does not fit (estimated X GB > Y GB)' when the variant's estimated peak exceeds the budget, else None."""
     from .estimate import estimate_step_memory
-    from .planner import PlanRequest, _needed
+    from .planner import PlanRequest
 
-    budget, context = bench.memory_bytes, None
+    kernels = "cuda" if config.device.startswith("cuda") else "cpu"
+    request = PlanRequest(model=run.model, max_length=run.max_length, kernels=kernels)
+    budget = bench.memory_bytes
     if budget is None:
         from .devices import cuda_free_bytes
 
-        budget = cuda_free_bytes(config.device) if config.device.startswith("cuda") else None
-        context = 0  # measured free memory: this process's CUDA context is already taken out
+        budget = cuda_free_bytes(config.device) if kernels == "cuda" else None
+        # measured free memory: this process's CUDA context is already taken out
+        request = dataclasses.replace(request, cuda_context_bytes=0)
     if budget is None:
         return None
-    kernels = "cuda" if config.device.startswith("cuda") else "cpu"
     peak = estimate_step_memory(model.config, run.batch_size, run.max_length, precision=precision,
                                 attention=run.attention, gradient_checkpointing=config.gradient_checkpointing,
-                                num_labels=model.config.num_labels, device=kernels).step_peak
-    request = PlanRequest(model=run.model, max_length=run.max_length, kernels=kernels)
-    if context is not None:
-        request = PlanRequest(model=run.model, max_length=run.max_length, kernels=kernels, cuda_context_bytes=context)
-    needed = _needed(request, peak)
+                                device=kernels).step_peak
+    needed = request.needed_bytes(peak)
     if needed <= budget:
         return None
     return f"does not fit (estimated {needed / 1e9:.1f} GB > {budget / 1e9:.1f} GB)"

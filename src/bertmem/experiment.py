@@ -139,7 +139,7 @@ def run_experiment(run: RunConfig, config: TrainConfig) -> dict[str, Any]:
                                group_by_length=run.group_by_length, pad_to_max_length=pad)
     eval_loader = make_loader(tokenize_frame(eval_frame, tokenizer, run.max_length), tokenizer, 2 * run.batch_size,
                               group_by_length=run.group_by_length, pad_to_max_length=pad)
-    identity = dict(asdict(run), train_examples=len(train_frame), label_names=list(names))
+    identity = dict(asdict(run), label_names=list(names))  # train() adds the data fingerprint and size
     result = run_backend(run.backend, model, train_loader, config, eval_loader, identity)
     summary = {"final": result.final_metrics, "epochs": result.epochs, "history": result.history,
                "precision": result.precision, "skipped_steps": result.skipped_steps, "backoffs": result.backoffs,

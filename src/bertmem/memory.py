@@ -118,10 +118,7 @@ def _optimizer_tensors(optimizer: torch.optim.Optimizer | None) -> list[torch.Te
 
 def optimizer_state_bytes(optimizer: torch.optim.Optimizer | None) -> int:
     """Bytes of every tensor in the optimizer's state (AdamW: exp_avg, exp_avg_sq, step) (chapter 1)."""
-    if optimizer is None:
-        return 0
-    tensors = [v for state in optimizer.state.values() for v in state.values() if isinstance(v, torch.Tensor)]
-    return sum(storage_bytes(t) for t in _unique_tensors(tensors).values())
+    return sum(storage_bytes(t) for t in _unique_tensors(_optimizer_tensors(optimizer)).values())
 
 
 def _checkpointed_layer_inputs(model: nn.Module, tally: SavedTensorTally) -> list:

@@ -64,6 +64,10 @@ class PlanRequest:
         if not 0 <= self.allocator_margin < 1 or self.cuda_context_bytes < 0:
             raise ValueError("allocator_margin must be in [0, 1) and cuda_context_bytes >= 0")
 
+    def needed_bytes(self, tensor_peak: int) -> int:
+        """Device memory a step needs: its tensors at the peak, the allocator margin, the CUDA context."""
+        return int(tensor_peak * (1 + self.allocator_margin)) + self.cuda_context_bytes
+
 
 @dataclass
 class Plan:
@@ -98,18 +102,13 @@ class Plan:
         return "\n".join(lines)
 
 
-def _peak(request: PlanRequest, batch: int):
+def estimate_for(request: PlanRequest, batch: int):
     """The estimate of one steady-state step at micro-batch `batch`."""
     from .estimate import estimate_step_memory
 
     return estimate_step_memory(request.model, batch, request.max_length, precision=request.precision,
                                 attention=request.attention, optimizer=request.optimizer,
                                 gradient_checkpointing=request.gradient_checkpointing, device=request.kernels)
-
-
-def _needed(request: PlanRequest, tensor_peak: int) -> int:
-    """Device memory a step needs: its tensors at the peak, the allocator margin, the CUDA context."""
-    return int(tensor_peak * (1 + request.allocator_margin)) + request.cuda_context_bytes
 
 
 def plan_micro_batch(request: PlanRequest, max_batch: int = 1024) -> Plan:
@@ -122,14 +121,14 @@ def plan_micro_batch(request: PlanRequest, max_batch: int = 1024) -> Plan:
 
     def report(batch: int):
         if batch not in cache:
-            cache[batch] = _peak(request, batch)
+            cache[batch] = estimate_for(request, batch)
         return cache[batch]
 
     def fits(batch: int) -> bool:
-        return _needed(request, report(batch).step_peak) <= request.memory_bytes
+        return request.needed_bytes(report(batch).step_peak) <= request.memory_bytes
 
     if not fits(1):
-        minimum = _needed(request, report(1).step_peak)
+        minimum = request.needed_bytes(report(1).step_peak)
         raise ValueError(f"{request.model} at {request.max_length} tokens needs at least {minimum / GIB:.2f} GiB "
                          f"for one example ({request.precision}, {request.optimizer}), but the budget is "
                          f"{request.memory_bytes / GIB:.2f} GiB: use a card with more memory, fewer tokens, "
@@ -160,7 +159,7 @@ def plan_micro_batch(request: PlanRequest, max_batch: int = 1024) -> Plan:
                  f"allocator margin ({request.allocator_margin:.0%})": int(tensor_peak * request.allocator_margin),
                  "CUDA context": request.cuda_context_bytes}
     return Plan(micro_batch_size=micro, accumulation_steps=request.effective_batch // micro,
-                largest_fitting_batch=largest, estimated_peak_bytes=_needed(request, tensor_peak),
+                largest_fitting_batch=largest, estimated_peak_bytes=request.needed_bytes(tensor_peak),
                 memory_bytes=request.memory_bytes, peak_phase=chosen.peak_phase, breakdown=breakdown,
                 request=asdict(request))
 
