@@ -40,3 +40,17 @@ def test_gpu_check_records_each_chapter_and_its_errors(tmp_path):
     assert "broken chapter" in chapters["bad.ipynb"]["error"]
     assert result["planner"]["estimate_step_peak_bytes"] > 0
     assert "| good.ipynb |" in (tmp_path / "out" / "cpu.md").read_text()
+
+
+def test_dry_run_executes_under_the_shrunken_gpu_profile_on_the_cpu(tmp_path):
+    probe = notebook(tmp_path / "probe.ipynb",
+                     "from bertmem.profile import get_profile\np = get_profile()\n"
+                     "assert (p.name, p.device, p.train_size, p.max_length) == ('gpu', 'cpu', 16, 64), p",
+                     "from IPython.display import display\nraise RuntimeError('\\x1b[31mcoloured\\x1b[0m failure')")
+    done = subprocess.run([sys.executable, str(SCRIPT), "--dry-run", "--output", str(tmp_path / "out"), str(probe)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1, done.stderr[-2000:]
+    record = json.loads((tmp_path / "out" / "dry-run.json").read_text())["chapters"][0]
+    # the first cell passed (the profile is the GPU one, shrunk, on the CPU); the second failed, without colours
+    assert record["error"] == "CellExecutionError: RuntimeError: coloured failure", record["error"]
+    assert "probe.ipynb: " in done.stdout

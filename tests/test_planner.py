@@ -85,3 +85,25 @@ def test_planner_agrees_with_a_real_cpu_step(precision, attention, checkpointing
     row = planner_vs_measured(config, classifier_from_config(config, attention), 8, 64, precision, attention,
                               checkpointing)
     assert abs(row["activation error"]) <= 0.05 and abs(row["peak error"]) <= 0.05
+
+
+def test_attempt_training_step_reports_a_fit_and_an_out_of_memory_error(tiny_model, tiny_batches):
+    from bertmem.faults import out_of_memory_above
+    from bertmem.planner import attempt_training_step
+
+    fit = attempt_training_step(tiny_model, tiny_batches[0])
+    assert fit.fits and fit.error is None and "fits" in fit.describe()
+    assert all(p.grad is None for p in tiny_model.parameters())  # nothing of the step stays alive
+    failed = attempt_training_step(out_of_memory_above(tiny_model, 4), tiny_batches[0])  # 8 examples > 4
+    assert not failed.fits and "CUDA out of memory" in failed.error
+    assert failed.describe().startswith("out of memory: CUDA out of memory")
+
+
+def test_load_classifier_places_the_model_once_and_rejects_missing_devices():
+    from bertmem.models import load_classifier
+    from bertmem.profile import MINILM_ID
+
+    model = load_classifier(MINILM_ID, device="cpu")
+    assert {p.device.type for p in model.parameters()} == {"cpu"}
+    with pytest.raises(ValueError, match="no CUDA GPU"):
+        load_classifier(MINILM_ID, device="cuda")

@@ -10,9 +10,13 @@ def test_cpu_profile_defaults():
     assert p.train_size is not None and p.eval_size is not None
 
 
-def test_gpu_profile_defaults():
-    p = get_profile("gpu", env={})
-    assert (p.model_id, p.dataset, p.max_length, p.batch_size, p.train_size) == ("bert-base-uncased", "imdb", 512, 32, None)
+def test_gpu_profile_is_t4_sized_and_full_profile_is_the_whole_dataset():
+    gpu, full = get_profile("gpu", env={}), get_profile("full", env={})
+    assert (gpu.model_id, gpu.dataset, gpu.max_length, gpu.effective_batch) == ("bert-base-uncased", "imdb", 512, 32)
+    assert gpu.train_size is not None and gpu.train_size <= 5000 and gpu.epochs == 1
+    assert (full.model_id, full.max_length, full.train_size, full.eval_size, full.epochs) == (
+        "bert-base-uncased", 512, None, None, 2)
+    assert "effective_batch=32" in full.describe()
 
 
 def test_environment_overrides_each_field():
@@ -25,6 +29,8 @@ def test_environment_overrides_each_field():
 
 def test_profile_chosen_by_environment_variable():
     assert get_profile(env={"BERTMEM_PROFILE": "gpu"}).name == "gpu"
+    assert get_profile(env={"BERTMEM_PROFILE": "FULL"}).name == "full"
+    assert get_profile(env={"BERTMEM_PROFILE": "gpu", "BERTMEM_EFFECTIVE_BATCH": "64"}).effective_batch == 64
 
 
 @pytest.mark.parametrize("env, message", [({"BERTMEM_MAX_LENGTH": "abc"}, "BERTMEM_MAX_LENGTH"),
@@ -47,3 +53,16 @@ def test_seed_everything_repeats_random_draws():
     assert torch.equal(a, torch.rand(3))
     with pytest.raises(ValueError):
         seed_everything(-1)
+
+
+def test_get_profile_imports_tqdm_auto_without_the_ipywidgets_warning():
+    """In a Jupyter kernel without ipywidgets, tqdm.auto warns with the site-packages path on first import."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    notebook = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_code_cell("from bertmem.profile import get_profile\nprofile = get_profile('cpu', env={})"),
+        nbformat.v4.new_code_cell("import tqdm.auto\nimport transformers.utils.logging")])
+    NotebookClient(notebook, timeout=120, kernel_name="python3").execute()
+    printed = "".join(o.get("text", "") for cell in notebook.cells for o in cell.outputs)
+    assert "IProgress" not in printed and "site-packages" not in printed

@@ -10,7 +10,7 @@ from typing import Iterable, Iterator
 
 import torch
 
-from .devices import empty_cache, move_to
+from .devices import empty_cache, move_to, resolve_device
 
 WEIGHTINGS = ("examples", "tokens")
 
@@ -119,14 +119,14 @@ def check_dataset_fits(dataset_size: int, effective_batch: int) -> None:
                       "Lower accumulation_steps or the micro-batch size.", stacklevel=3)
 
 
-def backward_window(model: torch.nn.Module, window: list, device: torch.device | str,
+def backward_window(model: torch.nn.Module, window: list, device: torch.device | str | None = None,
                     weighting: str = "examples", scale=None, autocast=None) -> float:
-    """Backward every micro-batch of a window, each loss weighted by its share; return the window's loss.
+    """Backward every micro-batch of a window, each loss weighted by its share; return the window's loss (ch. 2).
 
-    `autocast` (optional) returns the context for the forward pass and `scale` wraps each weighted loss
+    The micro-batches go to `device`, by default the model's. `autocast` (optional) returns the context for the forward pass and `scale` wraps each weighted loss
     before backward, e.g. `MixedPrecision.autocast` and `MixedPrecision.scale` (chapter 3).
     """
-
+    device = resolve_device(model, device)
     weights = loss_weights(window, weighting)
     total = 0.0
     for j, (micro, weight) in enumerate(zip(window, weights)):

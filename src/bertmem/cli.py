@@ -70,7 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--output-dir", required=True)
     b = sub.add_parser("bench", help="the recipe variants side by side -> bench.json and bench.md")
     _recipe_arguments(b)
-    b.add_argument("--effective-batch", type=int, default=16)
+    b.add_argument("--effective-batch", type=int, default=get_profile().effective_batch,
+                   help="examples per optimizer step in every variant (default: the profile's)")
     b.add_argument("--output-dir", default="results/bench")
     b.add_argument("--no-estimate", action="store_true", help="skip the estimated bert-base table")
     p = sub.add_parser("plan", help="the largest micro-batch that fits a memory budget (estimated, no GPU needed)")

@@ -36,6 +36,15 @@ def model_config(config_or_model_id, num_labels: int = 2):
     return AutoConfig.from_pretrained(resolve_model_source(config_or_model_id), num_labels=num_labels)
 
 
+def parameter_count(config_or_model_id, num_labels: int = 2) -> int:
+    """Parameters of the sequence classifier, counted on the meta device: nothing allocated (setup cells)."""
+    from .models import classifier_from_config
+
+    with torch.device("meta"):
+        model = classifier_from_config(model_config(config_or_model_id, num_labels))
+    return sum(p.numel() for p in model.parameters())
+
+
 def _fused_sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
     """The memory-efficient fused kernel a CUDA GPU runs for BERT's padded attention (estimates only)."""
     if attn_mask is not None:

@@ -93,8 +93,10 @@ def load_tokenizer(model_id: str | os.PathLike):
 
 
 def load_classifier(model_id: str | os.PathLike, num_labels: int = 2, attn_implementation: str = "sdpa",
-                    label_names: list[str] | None = None):
-    """AutoModelForSequenceClassification from safetensors only, with the chosen attention kernel (chapter 0)."""
+                    label_names: list[str] | None = None, device: str | torch.device | None = None):
+    """AutoModelForSequenceClassification (safetensors only, chosen attention), placed on `device` (chapter 0)."""
+    from .devices import require_device
+
     from transformers import AutoModelForSequenceClassification
 
     if attn_implementation not in ATTENTION_IMPLEMENTATIONS:
@@ -106,16 +108,20 @@ def load_classifier(model_id: str | os.PathLike, num_labels: int = 2, attn_imple
     extra = {}
     if label_names is not None:
         extra = {"id2label": dict(enumerate(label_names)), "label2id": {n: i for i, n in enumerate(label_names)}}
+    target = require_device(device) if device is not None else None  # a bad device fails before the load
     with _quiet_transformers():
-        return AutoModelForSequenceClassification.from_pretrained(
+        model = AutoModelForSequenceClassification.from_pretrained(
             resolve_model_source(model_id), num_labels=num_labels, use_safetensors=True,
             attn_implementation=attn_implementation, local_files_only=hub_offline(), **extra)
+    # Placed once here; every helper afterwards reads the device from the parameters.
+    return model if target is None else model.to(target)
 
 
 def load_model_and_tokenizer(model_id: str | os.PathLike, num_labels: int = 2, attn_implementation: str = "sdpa",
-                             label_names: list[str] | None = None):
-    """Both halves at once: (model, tokenizer) (chapter 0)."""
-    return load_classifier(model_id, num_labels, attn_implementation, label_names), load_tokenizer(model_id)
+                             label_names: list[str] | None = None, device: str | torch.device | None = None):
+    """Both halves at once: (model on `device`, tokenizer) (chapter 0)."""
+    return (load_classifier(model_id, num_labels, attn_implementation, label_names, device),
+            load_tokenizer(model_id))
 
 
 def tiny_bert_config(**overrides):

@@ -195,3 +195,38 @@ def planner_vs_measured(config_or_model_id, model, batch_size: int, seq_len: int
             "peak, planner (MiB)": estimate.step_peak / 2**20, "peak, measured (MiB)": measured.step_peak / 2**20,
             "activation error": estimate.activations / measured.activations - 1,
             "peak error": estimate.step_peak / measured.step_peak - 1}
+
+
+@dataclass(frozen=True)
+class StepAttempt:
+    """What one real training step did on its device: it fit (with its peak), or ran out of memory (chapter 1)."""
+
+    fits: bool
+    peak_bytes: int | None  # the device's peak (CUDA); None where torch does not track one
+    error: str | None = None
+
+    def describe(self) -> str:
+        """One line for the page."""
+        if self.fits:
+            peak = "" if self.peak_bytes is None else f", peak {self.peak_bytes / GIB:.2f} GiB"
+            return f"the step fits{peak}"
+        return f"out of memory: {self.error}"
+
+
+def attempt_training_step(model, batch: dict, precision: str = "fp32") -> StepAttempt:
+    """One AdamW step on the model's device; an out-of-memory error becomes an answer, not a crash (chapter 1)."""
+    import torch
+
+    from .devices import empty_cache, model_device
+    from .memory import measure_step_memory
+
+    device = model_device(model)
+    try:
+        report = measure_step_memory(model, batch, torch.optim.AdamW(model.parameters()), precision=precision)
+        return StepAttempt(True, report.peak)
+    except torch.OutOfMemoryError as err:  # the allocator's own message: how much it tried and what was free
+        message = str(err).strip().splitlines()[0] if str(err).strip() else "out of memory"
+        return StepAttempt(False, None, message.split(" Including non-PyTorch")[0][:200])
+    finally:
+        model.zero_grad(set_to_none=True)  # the failed step's gradients would stay alive otherwise
+        empty_cache(device)

@@ -30,11 +30,12 @@ class Profile:
     epochs: int
     learning_rate: float
     device: str
+    effective_batch: int = 16  # examples per optimizer step where a chapter accumulates (chapters 2 and 5)
 
     def __post_init__(self) -> None:
-        if self.name not in ("gpu", "cpu"):
-            raise ValueError(f"profile name must be 'gpu' or 'cpu', got {self.name!r}")
-        for field in ("max_length", "batch_size", "epochs"):
+        if self.name not in PROFILES:
+            raise ValueError(f"profile name must be one of {PROFILES}, got {self.name!r}")
+        for field in ("max_length", "batch_size", "epochs", "effective_batch"):
             if getattr(self, field) < 1:
                 raise ValueError(f"{field} must be >= 1, got {getattr(self, field)}; set {ENV_PREFIX}{field.upper()}")
         for field in ("train_size", "eval_size"):
@@ -48,18 +49,24 @@ class Profile:
         """One line a notebook prints so the reader sees what ran (all chapters)."""
         sizes = f"train={self.train_size or 'all'}, eval={self.eval_size or 'all'}"
         return (f"profile={self.name} device={self.device} model={self.model_id} dataset={self.dataset} "
-                f"({sizes}) max_length={self.max_length} batch={self.batch_size} epochs={self.epochs} "
+                f"({sizes}) max_length={self.max_length} batch={self.batch_size} "
+                f"effective_batch={self.effective_batch} epochs={self.epochs} "
                 f"lr={self.learning_rate:g}")
 
 
-GPU_DEFAULTS = dict(name="gpu", model_id="bert-base-uncased", dataset="imdb", max_length=512, batch_size=32,
-                    train_size=None, eval_size=None, epochs=2, learning_rate=2e-5, device="cuda")
-# Sized for 2 CPU cores: one fp32 epoch takes about three minutes and reaches >= 0.80 accuracy
-# (chapter 0 measures it). Batch 8 at lr 1e-4 beat batch 16 and lr 5e-5/2e-4 on 800 examples.
+# Sized for a Colab T4 (16 GB, fp16): bert-base at 512 tokens on hash-chosen IMDb subsets, so each chapter takes
+# at most about 10 minutes there (bertmem.workload estimates it from FLOPs). Batch 8 is what the planner fits
+# for fp32 (chapter 0's baseline) in 15 GiB; the chapters that accumulate reach the effective batch 32.
+GPU_DEFAULTS = dict(name="gpu", model_id="bert-base-uncased", dataset="imdb", max_length=512, batch_size=8,
+                    train_size=2000, eval_size=1000, epochs=1, learning_rate=2e-5, device="cuda", effective_batch=32)
+# The results table at full size on a large card (BERTMEM_PROFILE=full make bench): all of IMDb, 2 epochs.
+FULL_DEFAULTS = dict(GPU_DEFAULTS, name="full", batch_size=32, train_size=None, eval_size=None, epochs=2)
 CPU_DEFAULTS = dict(name="cpu", model_id=MINILM_ID, dataset="imdb", max_length=256, batch_size=8,
-                    train_size=1000, eval_size=500, epochs=1, learning_rate=1e-4, device="cpu")
+                    train_size=1000, eval_size=500, epochs=1, learning_rate=1e-4, device="cpu", effective_batch=16)
+PROFILES = ("gpu", "cpu", "full")
+_DEFAULTS = {"gpu": GPU_DEFAULTS, "cpu": CPU_DEFAULTS, "full": FULL_DEFAULTS}
 
-_CASTS = {"max_length": int, "batch_size": int, "epochs": int, "learning_rate": float,
+_CASTS = {"max_length": int, "batch_size": int, "epochs": int, "learning_rate": float, "effective_batch": int,
           "model_id": str, "dataset": str, "device": str}
 
 
@@ -69,12 +76,13 @@ def _parse_size(raw: str) -> int | None:
 
 
 def get_profile(name: str | None = None, env: Mapping[str, str] | None = None) -> Profile:
-    """Pick the GPU profile when CUDA is present, else the CPU one; BERTMEM_* variables override fields."""
+    """The GPU profile when CUDA is present, else the CPU one (or BERTMEM_PROFILE); BERTMEM_* override fields."""
     env = os.environ if env is None else env
+    quiet_progress_import()  # before transformers imports tqdm.auto and warns with this machine's paths
     name = (name or env.get(ENV_PREFIX + "PROFILE") or ("gpu" if torch.cuda.is_available() else "cpu")).lower()
-    if name not in ("gpu", "cpu"):
-        raise ValueError(f"unknown profile {name!r}: use 'gpu' or 'cpu' (or unset {ENV_PREFIX}PROFILE)")
-    values = dict(GPU_DEFAULTS if name == "gpu" else CPU_DEFAULTS)
+    if name not in PROFILES:
+        raise ValueError(f"unknown profile {name!r}: use one of {PROFILES} (or unset {ENV_PREFIX}PROFILE)")
+    values = dict(_DEFAULTS[name])
     for field in dataclasses.fields(Profile):
         raw = env.get(ENV_PREFIX + field.name.upper())
         if raw is None or field.name == "name":
@@ -96,9 +104,16 @@ def seed_everything(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
 
+def quiet_progress_import() -> None:
+    """Import tqdm.auto once with its "IProgress not found" warning silenced: text bars are what we want (all)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import tqdm.auto  # noqa: F401  (cached: later imports, e.g. by transformers, do not warn again)
+
+
 def progress(iterable: Iterable, desc: str, enabled: bool = True, **kwargs):
     """A `tqdm.auto` bar that redraws at most every 5 s, so executed notebooks keep short logs (all chapters)."""
-    with warnings.catch_warnings():  # "IProgress not found": text bars are what we want without ipywidgets
-        warnings.simplefilter("ignore")
-        from tqdm.auto import tqdm
+    quiet_progress_import()
+    from tqdm.auto import tqdm
+
     return tqdm(iterable, desc=desc, disable=not enabled, mininterval=5.0, **kwargs)

@@ -1,0 +1,82 @@
+"""Write the introduction's table of minutes per chapter: measured on the CPU, estimated on GPUs.
+
+The CPU column is read from the committed notebooks' execution timestamps (the CPU profile on the machine that
+executed them); the GPU columns are `bertmem.workload.chapter_minutes` for the GPU profile (and the full profile
+on an A100), FLOP-count estimates. Run after re-executing notebooks or changing chapter sizes:
+
+    python scripts/sync_chapter_minutes.py      (tests/test_workload.py fails while book/intro.md disagrees)
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+INTRO = ROOT / "book" / "intro.md"
+START, END = "<!-- chapter-minutes:start -->", "<!-- chapter-minutes:end -->"
+
+
+def measured_minutes(path: Path) -> float | None:
+    """Wall time of a committed notebook's execution: first cell started to last cell finished."""
+    starts, ends = [], []
+    for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]:
+        timing = cell.get("metadata", {}).get("execution", {})
+        if "iopub.execute_input" in timing and "shell.execute_reply" in timing:
+            starts.append(datetime.fromisoformat(timing["iopub.execute_input"].replace("Z", "+00:00")))
+            ends.append(datetime.fromisoformat(timing["shell.execute_reply"].replace("Z", "+00:00")))
+    return (max(ends) - min(starts)).total_seconds() / 60 if starts else None
+
+
+def title(path: Path) -> str:
+    """The notebook's first heading, without its number."""
+    for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]:
+        match = re.search(r"^# (.+)$", "".join(cell["source"]), flags=re.MULTILINE)
+        if cell["cell_type"] == "markdown" and match:
+            return match.group(1).strip()
+    return path.stem
+
+
+def table() -> str:
+    """The markdown table between the markers of book/intro.md."""
+    from bertmem.estimate import parameter_count
+    from bertmem.profile import get_profile
+    from bertmem.workload import CARDS, OVERHEAD_MINUTES, UTILISATION, chapter_minutes
+
+    gpu, full = get_profile("gpu", env={}), get_profile("full", env={})
+    params = parameter_count(gpu.model_id)
+    t4, l4, a100 = (chapter_minutes(gpu, params, CARDS[c]) for c in ("T4", "L4", "A100"))
+    full_a100 = chapter_minutes(full, params, CARDS["A100"])
+    lines = ["| chapter | CPU profile, 2-core CPU (measured) | GPU profile, Colab T4 | GPU profile, L4 "
+             "| GPU profile, A100 | full profile, A100 |", "|---|---|---|---|---|---|"]
+    totals = [0.0] * 5
+    for path in sorted((ROOT / "book").glob("*.ipynb")):
+        key = path.stem.split("_")[0]
+        cpu = measured_minutes(path)
+        values = [cpu or 0.0, t4[key], l4[key], a100[key], full_a100[key]]
+        totals = [a + b for a, b in zip(totals, values)]
+        cells = ["—" if cpu is None else f"{cpu:.1f}"] + [f"≈ {v:.0f}" for v in values[1:]]
+        lines.append(f"| {title(path)} | " + " | ".join(cells) + " |")
+    lines.append("| **whole book** | " + f"{totals[0]:.1f} | " + " | ".join(f"≈ {v:.0f}" for v in totals[1:]) + " |")
+    note = (f"\nMinutes. GPU columns are estimates, not measurements: 6 · parameters · tokens FLOPs per training "
+            f"example and 2 · parameters · tokens per evaluated one {{cite:p}}`kaplan2020scaling`, every example "
+            f"counted at the chapter's full token limit, at {UTILISATION:.0%} of the card's dense datasheet peak "
+            f"{{cite:p}}`nvidia2018t4,nvidia2023l4,nvidia2020a100` for the precision the chapter uses, plus "
+            f"{OVERHEAD_MINUTES:.0f} minute per chapter for loading and tokenizing.")
+    return "\n".join(lines) + "\n" + note
+
+
+def main() -> None:
+    text = INTRO.read_text(encoding="utf-8")
+    if START not in text or END not in text:
+        raise SystemExit(f"{INTRO} has no {START} ... {END} block")
+    head, rest = text.split(START, 1)
+    _, tail = rest.split(END, 1)
+    INTRO.write_text(f"{head}{START}\n{table()}\n{END}{tail}", encoding="utf-8")
+    print(f"{INTRO.name}: chapter minutes updated")
+
+
+if __name__ == "__main__":
+    main()

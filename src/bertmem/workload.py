@@ -1,0 +1,189 @@
+"""What each chapter trains, and about how long that takes on a GPU, from a FLOP count (setup cells, intro).
+
+Each chapter that fine-tunes takes its sizes from `chapter_sizes`, and `chapter_minutes` counts the same runs:
+training costs 6 · parameters · tokens FLOPs and evaluation 2 · parameters · tokens (Kaplan et al., 2020), at the
+card's dense datasheet peak for the precision used times an assumed utilisation. Tokens are counted at the full
+`max_length` (every review padded to the limit), so the estimate is an upper bound for IMDb, whose median review is
+shorter than 512 tokens. It is an estimate, never a measurement: the pages say so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from .profile import Profile
+
+# Assumed share of the datasheet peak that a BERT fine-tune reaches (kernels, data loading, optimizer, Python).
+UTILISATION = 0.3
+# Assumed fixed cost of a chapter besides its fine-tunes: imports, model loading, tokenizing, small demos.
+OVERHEAD_MINUTES = 1.0
+
+
+@dataclass(frozen=True)
+class Card:
+    """A GPU's memory and dense datasheet peaks in TFLOP/s per precision (no sparsity, no TF32) (setup cells)."""
+
+    name: str
+    memory_gib: float
+    peak_tflops: dict[str, float]
+    source: str
+
+    def __post_init__(self) -> None:
+        if "fp32" not in self.peak_tflops or min(self.peak_tflops.values()) <= 0:
+            raise ValueError(f"{self.name}: peak_tflops needs a positive 'fp32' entry, got {self.peak_tflops}")
+
+    def low_precision(self) -> str:
+        """The precision `auto` picks on this card: bf16 where it has bf16 tensor cores, else fp16."""
+        return "bf16" if "bf16" in self.peak_tflops else "fp16"
+
+    def tflops(self, precision: str) -> float:
+        """The dense peak for a precision ('auto' = this card's 16-bit format)."""
+        precision = self.low_precision() if precision == "auto" else precision
+        if precision not in self.peak_tflops:
+            raise ValueError(f"{self.name} has no {precision} peak; choose one of {sorted(self.peak_tflops)}")
+        return self.peak_tflops[precision]
+
+
+CARDS = {  # NVIDIA datasheets (references.bib: nvidia2018t4, nvidia2023l4, nvidia2020a100)
+    "T4": Card("Colab T4", 16, {"fp32": 8.1, "fp16": 65.0}, "nvidia2018t4"),
+    "L4": Card("L4", 24, {"fp32": 30.3, "fp16": 121.0, "bf16": 121.0}, "nvidia2023l4"),
+    "A100": Card("A100 40GB", 40, {"fp32": 19.5, "fp16": 312.0, "bf16": 312.0}, "nvidia2020a100"),
+}
+
+
+def card_for(gpu_name: str | None) -> Card:
+    """The card whose name appears in a CUDA device name; the T4 (the book's reference card) otherwise."""
+    for key, card in CARDS.items():
+        if gpu_name and key.lower() in gpu_name.lower():
+            return card
+    return CARDS["T4"]
+
+
+@dataclass(frozen=True)
+class ChapterSizes:
+    """The data one chapter fine-tunes on: examples, tokens, dataset and precision (chapters 3-6)."""
+
+    dataset: str
+    train_size: int | None
+    eval_size: int | None
+    max_length: int
+    precision: str = "fp32"
+    effective_batch: int = 16
+
+    def __post_init__(self) -> None:
+        for name in ("train_size", "eval_size"):
+            value = getattr(self, name)
+            if value is not None and value < 2:
+                raise ValueError(f"{name} must be >= 2 or None (whole split), got {value}")
+        if self.max_length < 8:
+            raise ValueError(f"max_length must be >= 8, got {self.max_length}")
+
+
+# Per chapter and profile; None = the profile's own value. The CPU sizes keep each chapter to minutes on 2 cores,
+# the GPU sizes keep each chapter within 10 minutes on a T4 (tests/test_workload.py checks the arithmetic).
+_SIZES = {
+    "cpu": {"03": dict(train_size=400, eval_size=300, max_length=128),
+            "04": dict(dataset="rotten_tomatoes", train_size=600, eval_size=400),
+            "05": dict(train_size=512, eval_size=200, max_length=128, effective_batch=16),
+            "06-warmup": dict(dataset="rotten_tomatoes", train_size=320, eval_size=300, max_length=64,
+                              precision="auto"),
+            "06-truncation": dict(dataset="imdb", train_size=600, eval_size=400, max_length=128, precision="auto")},
+    "gpu": {"03": dict(train_size=1000, eval_size=500),
+            "04": dict(train_size=1000, eval_size=500, precision="auto"),
+            "05": dict(train_size=1000, eval_size=500, effective_batch=32),
+            "06-warmup": dict(dataset="rotten_tomatoes", train_size=320, eval_size=300, max_length=64,
+                              precision="auto"),
+            "06-truncation": dict(dataset="imdb", train_size=600, eval_size=400, max_length=128, precision="auto")},
+}
+_SIZES["full"] = {**_SIZES["gpu"], "03": {}, "04": dict(precision="auto"), "05": dict(effective_batch=32)}
+
+
+def _capped(value: int | None, limit: int | None) -> int | None:
+    """The smaller of a chapter's size and the profile's (None = no limit)."""
+    if value is None:
+        return limit
+    return value if limit is None else min(value, limit)
+
+
+def chapter_sizes(chapter: str, profile: Profile) -> ChapterSizes:
+    """A chapter's data sizes under a profile; the profile's sizes cap them, so BERTMEM_* overrides shrink all."""
+    table = _SIZES[profile.name]
+    if chapter not in table and chapter != "00":
+        raise ValueError(f"no sizes for chapter {chapter!r}: choose '00' or one of {sorted(table)}")
+    entry = table.get(chapter, {})
+    return ChapterSizes(dataset=entry.get("dataset", profile.dataset),
+                        train_size=_capped(entry.get("train_size"), profile.train_size),
+                        eval_size=_capped(entry.get("eval_size"), profile.eval_size),
+                        max_length=min(entry.get("max_length", profile.max_length), profile.max_length),
+                        precision=entry.get("precision", "fp32"),
+                        effective_batch=entry.get("effective_batch", 16))
+
+
+@dataclass(frozen=True)
+class Run:
+    """One fine-tune of a chapter: its sizes, epochs, and how many times it runs (seeds, variants)."""
+
+    sizes: ChapterSizes
+    epochs: int = 1
+    repeats: int = 1
+    evaluations: int = 1  # passes over the evaluation set per run
+    precision: str | None = None  # None: the sizes' precision
+    recompute: float = 1.0  # 4/3 with gradient checkpointing (the forward runs twice)
+
+
+def chapter_runs(profile: Profile) -> dict[str, list[Run]]:
+    """The fine-tunes each chapter executes under a profile, as its notebook runs them (intro, setup cells)."""
+    sizes = {c: chapter_sizes(c, profile) for c in ("00", "03", "04", "05", "06-warmup", "06-truncation")}
+    bench = sizes["05"]
+    return {
+        "00": [Run(sizes["00"], epochs=profile.epochs, evaluations=2)],
+        "01": [], "02": [],
+        "03": [Run(sizes["03"], precision="fp32"), Run(sizes["03"], precision="auto")],
+        "04": [Run(sizes["04"], epochs=profile.epochs, repeats=9)],
+        "05": [Run(bench, repeats=2, precision="fp32"), Run(bench, repeats=2, precision="auto"),
+               Run(bench, precision="auto", recompute=4 / 3)],
+        "06": [Run(sizes["06-warmup"], epochs=2, repeats=2), Run(sizes["06-truncation"], repeats=2)],
+        "07": [], "A1": [],
+    }
+
+
+def _dataset_rows(name: str, split_size: int | None) -> int:
+    """Rows a run sees: the subset size, or the whole split (IMDb's 25,000 when the profile says 'all')."""
+    whole = {"imdb": 25_000, "rotten_tomatoes": 8_530, "sst2": 67_349}
+    return split_size if split_size is not None else whole.get(name, 25_000)
+
+
+def run_seconds(run: Run, num_params: int, card: Card, utilisation: float = UTILISATION) -> float:
+    """FLOPs of one Run (training 6PT, evaluation 2PT, all repeats) over the card's effective throughput."""
+    precision = run.precision or run.sizes.precision
+    rate = card.tflops(precision) * 1e12 * utilisation
+    train_tokens = _dataset_rows(run.sizes.dataset, run.sizes.train_size) * run.sizes.max_length * run.epochs
+    eval_tokens = _dataset_rows(run.sizes.dataset, run.sizes.eval_size) * run.sizes.max_length * run.evaluations
+    flops = 6 * num_params * train_tokens * run.recompute + 2 * num_params * eval_tokens
+    return run.repeats * flops / rate
+
+
+def chapter_minutes(profile: Profile, num_params: int, card: Card, utilisation: float = UTILISATION
+                    ) -> dict[str, float]:
+    """Estimated minutes per chapter: its fine-tunes' FLOPs plus the fixed overhead (intro table, setup cells)."""
+    return {chapter: OVERHEAD_MINUTES + sum(run_seconds(r, num_params, card, utilisation) for r in runs) / 60
+            for chapter, runs in chapter_runs(profile).items()}
+
+
+def setup_line(chapter: str, profile: Profile, gpu_name: str | None = None) -> str:
+    """The setup cell's sentence: this chapter's estimated minutes on this GPU (a T4 without one)."""
+    import torch
+
+    from .estimate import parameter_count
+    from .profile import get_profile
+
+    if gpu_name is None and profile.device.startswith("cuda") and torch.cuda.is_available():
+        gpu_name = torch.cuda.get_device_name(torch.device(profile.device))
+    card = card_for(gpu_name)
+    if profile.name == "cpu":  # CPU-profile sizes say nothing about a GPU: estimate the GPU profile's defaults
+        profile = get_profile("gpu", env={})
+    minutes = chapter_minutes(profile, parameter_count(profile.model_id), card)[chapter]
+    where = gpu_name or f"a {card.name}"
+    return (f"this chapter, {profile.name} profile: about {minutes:.0f} min on {where} (estimated from a "
+            f"FLOP count at {UTILISATION:.0%} of the datasheet peak, plus {OVERHEAD_MINUTES:.0f} min overhead)")

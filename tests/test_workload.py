@@ -1,0 +1,110 @@
+"""Chapter sizes and the FLOP-based minutes shown in setup cells and the introduction."""
+
+import pytest
+
+from bertmem.estimate import parameter_count
+from bertmem.planner import GIB, PlanRequest, plan_micro_batch
+from bertmem.profile import get_profile
+from bertmem.workload import (CARDS, Card, ChapterSizes, Run, card_for, chapter_minutes, chapter_sizes,
+                              run_seconds, setup_line)
+
+BERT_BASE = 109_483_778
+
+
+def test_parameter_count_of_bert_base_classifier():
+    assert parameter_count("bert-base-uncased") == BERT_BASE
+
+
+def test_run_seconds_is_six_pt_plus_two_pt_over_the_effective_rate():
+    sizes = ChapterSizes("imdb", train_size=100, eval_size=50, max_length=512)
+    card = Card("test", 16, {"fp32": 10.0, "fp16": 80.0}, "none")
+    seconds = run_seconds(Run(sizes, epochs=2, repeats=3), 1_000_000, card, utilisation=0.5)
+    flops = 6 * 1e6 * 100 * 512 * 2 + 2 * 1e6 * 50 * 512
+    assert seconds == pytest.approx(3 * flops / (10e12 * 0.5))
+    fp16 = run_seconds(Run(sizes, precision="auto"), 1_000_000, card, utilisation=0.5)
+    assert fp16 == pytest.approx((6 * 1e6 * 100 * 512 + 2 * 1e6 * 50 * 512) / (80e12 * 0.5))
+
+
+def test_gpu_profile_fits_the_time_budget_on_a_t4():
+    minutes = chapter_minutes(get_profile("gpu", env={}), BERT_BASE, CARDS["T4"])
+    assert set(minutes) == {"00", "01", "02", "03", "04", "05", "06", "07", "A1"}
+    assert max(minutes.values()) <= 10, minutes
+    assert sum(minutes.values()) <= 60, minutes
+
+
+def test_full_profile_takes_hours_and_faster_cards_take_less():
+    full = chapter_minutes(get_profile("full", env={}), BERT_BASE, CARDS["T4"])
+    gpu_t4 = chapter_minutes(get_profile("gpu", env={}), BERT_BASE, CARDS["T4"])
+    gpu_l4 = chapter_minutes(get_profile("gpu", env={}), BERT_BASE, CARDS["L4"])
+    assert sum(full.values()) > 5 * sum(gpu_t4.values())
+    assert all(gpu_l4[c] <= gpu_t4[c] for c in gpu_t4)
+
+
+def test_gpu_profile_batch_fits_a_t4_in_fp32_by_the_planner():
+    profile = get_profile("gpu", env={})
+    plan = plan_micro_batch(PlanRequest(model=profile.model_id, max_length=profile.max_length, precision="fp32",
+                                        memory_bytes=15 * GIB, effective_batch=profile.effective_batch))
+    assert profile.batch_size <= plan.largest_fitting_batch
+
+
+def test_chapter_sizes_are_capped_by_profile_overrides():
+    tiny = get_profile("gpu", env={"BERTMEM_TRAIN_SIZE": "16", "BERTMEM_EVAL_SIZE": "8",
+                                   "BERTMEM_MAX_LENGTH": "64"})
+    for chapter in ("00", "03", "04", "05", "06-warmup", "06-truncation"):
+        sizes = chapter_sizes(chapter, tiny)
+        assert sizes.train_size <= 16 and sizes.eval_size <= 8 and sizes.max_length <= 64
+    cpu = chapter_sizes("03", get_profile("cpu", env={}))
+    assert (cpu.train_size, cpu.max_length) == (400, 128)
+    assert chapter_sizes("00", get_profile("full", env={})).train_size is None
+    with pytest.raises(ValueError, match="no sizes for chapter"):
+        chapter_sizes("99", tiny)
+
+
+def test_cards_pick_their_sixteen_bit_format_and_reject_missing_peaks():
+    assert CARDS["T4"].low_precision() == "fp16" and CARDS["A100"].low_precision() == "bf16"
+    with pytest.raises(ValueError, match="no bf16 peak"):
+        CARDS["T4"].tflops("bf16")
+    with pytest.raises(ValueError, match="fp32"):
+        Card("x", 8, {"fp16": 1.0}, "none")
+    assert card_for("Tesla T4").name == "Colab T4" and card_for("NVIDIA L4").name == "L4"
+    assert card_for(None).name == "Colab T4"
+
+
+def test_setup_line_estimates_the_gpu_profile_on_a_cpu_machine():
+    line = setup_line("00", get_profile("cpu", env={}))
+    expected = chapter_minutes(get_profile("gpu", env={}), BERT_BASE, CARDS["T4"])["00"]
+    assert f"about {expected:.0f} min on a Colab T4" in line and "gpu profile" in line and "estimated" in line
+    assert "NVIDIA L4" in setup_line("05", get_profile("gpu", env={}), gpu_name="NVIDIA L4")
+
+
+def test_intro_table_matches_the_notebooks_and_the_estimates():
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    sys.path.insert(0, str(root / "scripts"))
+    import sync_chapter_minutes
+
+    intro = (root / "book" / "intro.md").read_text(encoding="utf-8")
+    block = intro.split(sync_chapter_minutes.START)[1].split(sync_chapter_minutes.END)[0]
+    assert block.strip() == sync_chapter_minutes.table().strip(), (
+        "book/intro.md's chapter minutes are stale: run python scripts/sync_chapter_minutes.py")
+    assert block.count("\n|") >= 11  # header, rule, nine chapters, the total
+
+
+def test_measured_minutes_reads_execution_timestamps(tmp_path):
+    import json
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    from sync_chapter_minutes import measured_minutes
+
+    cells = [{"cell_type": "code", "source": [], "metadata": {"execution": {
+        "iopub.execute_input": f"2026-01-01T10:0{i}:00.000Z", "shell.execute_reply": f"2026-01-01T10:0{i}:30.000Z"}}}
+        for i in (0, 2)]
+    path = tmp_path / "n.ipynb"
+    path.write_text(json.dumps({"cells": cells + [{"cell_type": "markdown", "source": [], "metadata": {}}]}))
+    assert measured_minutes(path) == 2.5
+    path.write_text(json.dumps({"cells": []}))
+    assert measured_minutes(path) is None
