@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 TORCH_SPEC ?= torch==2.13.0
 HAS_GPU := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && echo yes)
 
-.PHONY: install test unit notebooks notebooks-gpu-profile book site-check bench bench-estimator bench-planner gpu-check clean
+.PHONY: install lint execute test unit notebooks notebooks-gpu-profile book site-check bench bench-estimator bench-planner bench-stability gpu-check clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -21,6 +21,12 @@ endif
 
 install: $(STAMP)
 
+# Lint the package, tests and scripts (120 columns); the notebooks' code as a page shows it (88 columns).
+lint: install
+	$(VENV)/bin/ruff check src tests scripts benchmarks
+	$(VENV)/bin/ruff check --select E9,F book
+	$(VENV)/bin/ruff format --check --line-length 88 book
+
 unit: install
 	$(PY) -m pytest tests
 
@@ -32,7 +38,11 @@ notebooks: install
 notebooks-gpu-profile: install
 	$(PY) scripts/gpu_check.py --dry-run --output _build/gpu-profile-dry-run
 
-test: unit notebooks notebooks-gpu-profile
+test: lint unit notebooks notebooks-gpu-profile
+
+# Re-executes the notebooks in place, as they are committed (NOTEBOOKS="book/03_mixed_precision.ipynb" for some).
+execute: install
+	$(PY) scripts/execute_notebooks.py $(NOTEBOOKS)
 
 # Executes every notebook (cached in _build/.jupyter_cache) and fails on any error or Sphinx warning.
 book: install
@@ -55,6 +65,10 @@ bench-estimator: install
 # `bertmem plan` against real CPU steps (within 5 %) and its answers for a T4, an L4 and an A100 (~2 min).
 bench-planner: install
 	$(PY) benchmarks/planner.py
+
+# Chapter 5's live bench twice and once on another dataset: same story? time ratios within 10 %? (~10 min)
+bench-stability: install
+	$(PY) benchmarks/bench_stability.py
 
 # On a machine with a CUDA GPU: every notebook under the GPU profile -> results/gpu/<gpu>.{json,md}
 # (wall time, CUDA peak, the planner's estimate, versions). Refuses to run without a GPU.

@@ -43,7 +43,8 @@ def table() -> str:
     """The markdown table between the markers of book/intro.md."""
     from bertmem.estimate import parameter_count
     from bertmem.profile import get_profile
-    from bertmem.workload import CARDS, OVERHEAD_MINUTES, UTILISATION, chapter_minutes
+    from bertmem.estimate import model_config
+    from bertmem.workload import CARDS, OVERHEAD_MINUTES, chapter_minutes
 
     gpu, full = get_profile("gpu", env={}), get_profile("full", env={})
     params = parameter_count(gpu.model_id)
@@ -60,11 +61,18 @@ def table() -> str:
         cells = ["—" if cpu is None else f"{cpu:.1f}"] + [f"≈ {v:.0f}" for v in values[1:]]
         lines.append(f"| {title(path)} | " + " | ".join(cells) + " |")
     lines.append("| **whole book** | " + f"{totals[0]:.1f} | " + " | ".join(f"≈ {v:.0f}" for v in totals[1:]) + " |")
+    config = model_config(gpu.model_id)
+    embeddings = (config.vocab_size + config.max_position_embeddings + config.type_vocab_size) * config.hidden_size
+    matmul = 6 * (params - embeddings) + 12 * config.num_hidden_layers * gpu.max_length * config.hidden_size
+    shares = ", ".join(f"{card.name} {card.utilisation:.0%}" for card in CARDS.values())
     note = (f"\nMinutes. GPU columns are estimates, not measurements: 6 · parameters · tokens FLOPs per training "
             f"example and 2 · parameters · tokens per evaluated one {{cite:p}}`kaplan2020scaling`, every example "
-            f"counted at the chapter's full token limit, at {UTILISATION:.0%} of the card's dense datasheet peak "
-            f"{{cite:p}}`nvidia2018t4,nvidia2023l4,nvidia2020a100` for the precision the chapter uses, plus "
-            f"{OVERHEAD_MINUTES:.0f} minute per chapter for loading and tokenizing.")
+            f"counted at the chapter's full token limit, at an assumed share of each card's dense datasheet peak "
+            f"for the precision the chapter uses ({shares}; {{cite:p}}`nvidia2018t4,nvidia2023l4,nvidia2020a100`), "
+            f"plus {OVERHEAD_MINUTES:.0f} minute per chapter for loading and tokenizing. For bert-base at "
+            f"{gpu.max_length} tokens, 6 · parameters counts the embeddings, which do no matrix multiplies, and "
+            f"leaves out the attention scores: it is {matmul and 6 * params / matmul - 1:.0%} above the "
+            f"matrix-multiply work per token.")
     return "\n".join(lines) + "\n" + note
 
 

@@ -3,7 +3,8 @@
 A CPU build of torch cannot pretend to have CUDA: `Tensor.to("cuda")` and autograd need a CUDA device guard that
 is not compiled in. The `lazy` device (LazyTensor's, in every build, never used by this project) has one, and unlike
 `meta` it is not special-cased by `load_state_dict` — so inside `SecondDevice()` (a `TorchDispatchMode`) a tensor
-created on or moved to `lazy` becomes an `OnSecondDevice` tensor: real CPU data that reports `device='lazy'`. An operation that combines one with a plain CPU tensor (more than a 0-dim scalar, which
+created on or moved to `lazy` becomes an `OnSecondDevice` tensor: real CPU data that reports `device='lazy'`.
+An operation that combines one with a plain CPU tensor (more than a 0-dim scalar, which
 CUDA accepts too) raises `DeviceMixingError`, as a GPU raises "Expected all tensors to be on the same device".
 Moving with `.to()`, `copy_` or loading a state dict is the legal way across, as on a real GPU.
 """

@@ -107,3 +107,18 @@ def test_load_classifier_places_the_model_once_and_rejects_missing_devices():
     assert {p.device.type for p in model.parameters()} == {"cpu"}
     with pytest.raises(ValueError, match="no CUDA GPU"):
         load_classifier(MINILM_ID, device="cuda")
+
+
+def test_attempt_training_step_treats_cublas_allocation_failures_as_out_of_memory(tiny_model, tiny_batches):
+    from bertmem.planner import attempt_training_step
+
+    def fail(message):
+        def forward(**kwargs):
+            raise RuntimeError(message)
+        return forward
+
+    tiny_model.forward = fail("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`")
+    assert not attempt_training_step(tiny_model, tiny_batches[0]).fits
+    tiny_model.forward = fail("mat1 and mat2 shapes cannot be multiplied")
+    with pytest.raises(RuntimeError, match="shapes"):
+        attempt_training_step(tiny_model, tiny_batches[0])

@@ -32,6 +32,27 @@ def test_no_notebook_prints_a_markdown_table():
     for notebook in sorted(BOOK.glob("*.ipynb")):
         for index, cell in enumerate(json.loads(notebook.read_text())["cells"]):
             source = "".join(cell["source"])
-            if cell["cell_type"] == "code" and ("print(markdown_table(" in source or "Markdown(markdown_table(" in source):
+            uses = "print(markdown_table(" in source or "Markdown(markdown_table(" in source
+            if cell["cell_type"] == "code" and uses:
                 printed.append(f"{notebook.name} cell {index}")
     assert not printed, f"use display(as_table(rows)) instead: {printed}"
+
+
+def test_glue_records_values_for_the_prose_and_returns_them(monkeypatch):
+    import sys
+    import types
+
+    from bertmem.plots import glue
+
+    recorded = {}
+    fake = types.SimpleNamespace(glue=lambda name, value, display=True: recorded.update({name: (value, display)}))
+    monkeypatch.setitem(sys.modules, "myst_nb", fake)
+    assert glue("ratio", 0.25) == 0.25 and recorded["ratio"] == (0.25, False)
+    import numpy as np
+
+    glue("numpy", np.float64(0.5))
+    assert type(recorded["numpy"][0]) is float  # myst-nb formats {glue:text}`numpy:.2f` from a Python float
+    glue("verdict", "within *noise*", markdown=True)
+    assert recorded["verdict"][0].data == "within *noise*"
+    monkeypatch.setitem(sys.modules, "myst_nb", None)  # not installed (Colab): nothing recorded, value returned
+    assert glue("other", 3) == 3 and "other" not in recorded

@@ -23,7 +23,7 @@ def test_auto_selection_by_hardware(device, capability, cpu_bf16, expected, caps
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    (dict(requested="fp16", device_type="cpu", cpu_bf16=True), "25x slower"),
+    (dict(requested="fp16", device_type="cpu", cpu_bf16=True), "many times slower"),
     (dict(requested="bf16", device_type="cuda", capability=(7, 5)), "not supported"),
     (dict(requested="fp8", device_type="cpu"), "unknown precision"),
     (dict(requested="bf16", device_type="lazy"), "not supported"),
@@ -107,7 +107,7 @@ def test_train_in_bf16_and_guard_stops_on_nan():
     model.classifier.register_forward_hook(lambda module, args, out: out * float("nan"))
     with pytest.raises(NonFiniteError, match="step 1"):
         train(model, data, TrainConfig(precision="bf16", progress=False))
-    with pytest.raises(ValueError, match="25x slower"):
+    with pytest.raises(ValueError, match="many times slower"):
         train(tiny(), data, TrainConfig(precision="fp16", progress=False))
     with pytest.raises(ValueError, match="precision"):
         TrainConfig(precision="half")
@@ -127,8 +127,10 @@ def test_diagnose_scale_trace_names_the_three_regimes():
 
     assert "Healthy" in diagnose_scale_trace([2.0**16, 2.0**15, 2.0**15, 2.0**15, 2.0**15], 2.0**16)
     collapsing = [2.0**(15 - i) for i in range(20)]
-    assert "forward" in diagnose_scale_trace(collapsing, 2.0**16) and "20 of 20" in diagnose_scale_trace(collapsing, 2.0**16)
-    frequent = [2.0**15, 2.0**15, 2.0**14, 2.0**14, 2.0**13, 2.0**13, 2.0**14, 2.0**13, 2.0**13, 2.0**13, 2.0**13, 2.0**13]
+    verdict = diagnose_scale_trace(collapsing, 2.0**16)
+    assert "forward" in verdict and "20 of 20" in verdict
+    frequent = [2.0**15, 2.0**15, 2.0**14, 2.0**14, 2.0**13, 2.0**13,
+                2.0**14, 2.0**13, 2.0**13, 2.0**13, 2.0**13, 2.0**13]
     assert "Frequent" in diagnose_scale_trace(frequent, 2.0**16)
     with pytest.raises(ValueError, match="empty"):
         diagnose_scale_trace([], 1.0)

@@ -66,3 +66,17 @@ def test_get_profile_imports_tqdm_auto_without_the_ipywidgets_warning():
     NotebookClient(notebook, timeout=120, kernel_name="python3").execute()
     printed = "".join(o.get("text", "") for cell in notebook.cells for o in cell.outputs)
     assert "IProgress" not in printed and "site-packages" not in printed
+
+
+def test_progress_leaves_one_final_line_in_an_executed_notebook():
+    """Without ipywidgets every redraw of a text bar stays in the saved output; only the last one may."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+        "import time\nfrom bertmem.profile import progress\n"
+        "for _ in progress(range(30), 'loop', mininterval=0.0):\n    time.sleep(0.01)")])
+    NotebookClient(notebook, timeout=120, kernel_name="python3").execute()
+    printed = "".join(o.get("text", "") for o in notebook.cells[0].outputs)
+    states = [s for s in printed.replace("\r", "\n").split("\n") if s.strip()]
+    assert len(states) == 1 and "30/30" in states[0], printed

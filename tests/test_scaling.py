@@ -24,9 +24,22 @@ def test_activations_are_not_sharded_and_fsdp_holds_a_gathered_unit():
 
 def test_table_has_every_strategy_and_one_device_equals_ddp():
     rows = {r["strategy"]: r for r in sharding_table(1000, 10, device_counts=(1, 4))}
-    assert set(rows) == {"ddp", "zero1", "zero2", "zero3", "fsdp"}
-    assert len({r[1] for r in rows.values()}) == 1  # nothing to shard across one device
-    assert rows["zero3"][4] < rows["zero2"][4] < rows["zero1"][4] < rows["ddp"][4]
+    assert set(rows) == {"ddp (default)", "ddp, gradient_as_bucket_view", "zero1", "zero2", "zero3", "fsdp"}
+    assert len({r[1] for r in rows.values()}) == 1  # nothing to shard (or all-reduce) on one device
+    assert (rows["zero3"][4] < rows["zero2"][4] < rows["zero1"][4] < rows["ddp, gradient_as_bucket_view"][4]
+            < rows["ddp (default)"][4])
+    # the default keeps its all-reduce buckets as a second gradient copy: 20 bytes per parameter, not 16
+    assert rows["ddp (default)"][4] - 10 == 20 * 1000 and rows["ddp, gradient_as_bucket_view"][4] - 10 == 16 * 1000
+
+
+def test_zero_offload_keeps_only_sixteen_bit_weights_and_buckets_on_the_gpu():
+    from bertmem.scaling import offload_bytes
+
+    out = offload_bytes(1000, 500, bucket_bytes=300)
+    assert out["gpu"]["total"] == 2 * 1000 + 300 + 500 and out["cpu"]["total"] == 16 * 1000
+    assert offload_bytes(1000, 0)["gpu"]["gradient buckets (16-bit)"] == 2 * 1000  # capped at the gradients
+    with pytest.raises(ValueError):
+        offload_bytes(0, 0)
 
 
 def test_bad_arguments():

@@ -159,7 +159,8 @@ def test_every_page_loads_renders_math_images_and_links(site, base_url, browser)
 
 # Cell outputs as a reader sees them: tables rendered (no lines of markdown table source, `| a | b |`, in an output
 # block, whether printed or rendered as a paragraph), and images shown at
-# no less than 2/3 of their natural width (a wider figure is shrunk until its labels cannot be read).
+# no less than 2/3 of their natural width (a wider figure is shrunk until its labels cannot be read), and no code
+# block wider than its box (88-column notebook code must show whole at 1280 px; wider source wraps).
 OUTPUT_CHECKS = """
 const outputs = Array.from(document.querySelectorAll('.cell_output, .output'));
 const piped = o => o.innerText.split('\\n').some(l => /^\\s*\\|.*\\|.*\\|\\s*$/.test(l));
@@ -168,14 +169,18 @@ const shrunk = Array.from(document.querySelectorAll('.cell_output img, .output i
   .filter(i => i.complete && i.naturalWidth > 0 && i.getBoundingClientRect().width > 0)
   .map(i => [i.naturalWidth, i.getBoundingClientRect().width, i.src.split('/').pop()])
   .filter(([natural, shown]) => natural / shown > 1.5);
-return [raw, shrunk];
+const scrolls = Array.from(document.querySelectorAll('.cell_input pre, div.highlight pre'))
+  .filter(p => p.scrollWidth > p.clientWidth + 1)
+  .map(p => p.innerText.split('\\n').reduce((a, b) => (b.length > a.length ? b : a), '').slice(0, 60));
+return [raw, shrunk, scrolls];
 """
 
 
 def output_problems(browser) -> list[str]:
     """Markdown tables printed as text, and figures shrunk by more than 1.5x, on the open page."""
-    raw, shrunk = browser.execute_script(OUTPUT_CHECKS)
+    raw, shrunk, scrolls = browser.execute_script(OUTPUT_CHECKS)
     found = [f"table printed as markdown text: {text!r}" for text in raw]
+    found += [f"code block scrolls sideways: {line!r}" for line in scrolls]
     found += [f"figure {name} is {natural} px wide but shown at {shown:.0f} px" for natural, shown, name in shrunk]
     return found
 
@@ -184,13 +189,15 @@ def test_output_checks_catch_raw_tables_and_shrunk_figures(base_url, browser, si
     page = site / "_output_check.html"
     page.write_text("<html><body style='width:700px'><div class='cell_output'><pre>| a | b |\n|---|---|\n| 1 | 2 |"
                     "</pre></div><div class='cell_output'><img style='width:300px' src='data:image/png;base64,"
-                    + WIDE_PNG + "'></div></body></html>", encoding="utf-8")
+                    + WIDE_PNG + "'></div><div class='cell_input'><pre style='width:200px;overflow-x:auto'>"
+                    + "x = 1  # " + "a very long comment " * 10 + "</pre></div></body></html>", encoding="utf-8")
     try:
         browser.get(urljoin(base_url, page.name))
         problems = output_problems(browser)
     finally:
         page.unlink()
     assert any("markdown text" in p for p in problems) and any("shown at 300 px" in p for p in problems)
+    assert any("scrolls sideways" in p for p in problems)
 
 
 def _png(width: int, height: int) -> str:

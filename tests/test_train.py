@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from bertmem.models import classifier_from_config, tiny_bert_config
-from bertmem.train import TrainConfig, TrainResult, evaluate, train
+from bertmem.train import TrainConfig, evaluate, train
 
 
 def run(batches, seed=0, epochs=3, lr=1e-3):
@@ -91,3 +91,10 @@ def test_memory_breakdown_plot_stacks_four_categories():
     assert heights == [1, 2, 2, 2, 3, 2, 4, 2] and ax.get_ylabel() == "memory (B)"
     with pytest.raises(ValueError):
         plot_memory_breakdown({})
+
+
+def test_every_optimizer_step_records_its_compute_time(tiny_model, tiny_batches):
+    result = train(tiny_model, tiny_batches, TrainConfig(epochs=1, progress=False, accumulation_steps=2))
+    times = [h["step_time_s"] for h in result.history]
+    assert len(times) == 2 and all(t > 0 for t in times)
+    assert sum(times) <= result.epochs[0]["train_time_s"]  # compute only: the epoch also loads data

@@ -19,7 +19,7 @@ def test_run_seconds_is_six_pt_plus_two_pt_over_the_effective_rate():
     sizes = ChapterSizes("imdb", train_size=100, eval_size=50, max_length=512)
     card = Card("test", 16, {"fp32": 10.0, "fp16": 80.0}, "none")
     seconds = run_seconds(Run(sizes, epochs=2, repeats=3), 1_000_000, card, utilisation=0.5)
-    flops = 6 * 1e6 * 100 * 512 * 2 + 2 * 1e6 * 50 * 512
+    flops = 6 * 1e6 * 100 * 512 * 2 + 2 * 1e6 * 50 * 512 * 2  # one evaluation per epoch
     assert seconds == pytest.approx(3 * flops / (10e12 * 0.5))
     fp16 = run_seconds(Run(sizes, precision="auto"), 1_000_000, card, utilisation=0.5)
     assert fp16 == pytest.approx((6 * 1e6 * 100 * 512 + 2 * 1e6 * 50 * 512) / (80e12 * 0.5))
@@ -67,14 +67,27 @@ def test_cards_pick_their_sixteen_bit_format_and_reject_missing_peaks():
     with pytest.raises(ValueError, match="fp32"):
         Card("x", 8, {"fp16": 1.0}, "none")
     assert card_for("Tesla T4").name == "Colab T4" and card_for("NVIDIA L4").name == "L4"
-    assert card_for(None).name == "Colab T4"
+    assert card_for("NVIDIA L40S") is None and card_for(None) is None
+    with pytest.raises(ValueError, match="utilisation"):
+        Card("x", 8, {"fp32": 1.0}, "none", utilisation=1.5)
 
 
 def test_setup_line_estimates_the_gpu_profile_on_a_cpu_machine():
     line = setup_line("00", get_profile("cpu", env={}))
     expected = chapter_minutes(get_profile("gpu", env={}), BERT_BASE, CARDS["T4"])["00"]
     assert f"about {expected:.0f} min on a Colab T4" in line and "gpu profile" in line and "estimated" in line
-    assert "NVIDIA L4" in setup_line("05", get_profile("gpu", env={}), gpu_name="NVIDIA L4")
+    l4 = chapter_minutes(get_profile("gpu", env={}), BERT_BASE, CARDS["L4"])["05"]
+    assert f"about {l4:.0f} min on NVIDIA L4" in setup_line("05", get_profile("gpu", env={}), gpu_name="NVIDIA L4")
+    assert l4 < chapter_minutes(get_profile("gpu", env={}), BERT_BASE, CARDS["T4"])["05"]
+    other = setup_line("05", get_profile("gpu", env={}), gpu_name="Tesla V100-SXM2-16GB")
+    assert "Colab T4 (no datasheet entry for Tesla V100-SXM2-16GB)" in other
+
+
+def test_every_epoch_is_evaluated_in_the_estimate():
+    sizes = ChapterSizes("rotten_tomatoes", train_size=None, eval_size=None, max_length=64)
+    card = Card("test", 16, {"fp32": 1.0}, "none", utilisation=1.0)
+    two = run_seconds(Run(sizes, epochs=2), 1000, card)
+    assert two == pytest.approx((6 * 1000 * 8530 * 64 * 2 + 2 * 1000 * 1066 * 64 * 2) / 1e12)
 
 
 def test_intro_table_matches_the_notebooks_and_the_estimates():

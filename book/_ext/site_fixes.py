@@ -13,7 +13,9 @@ from pathlib import Path
 
 def _script_key(script) -> tuple:
     attributes = getattr(script, "attributes", {}) or {}
-    return str(getattr(script, "filename", script) or ""), tuple(sorted((k, str(v)) for k, v in attributes.items()))
+    return str(getattr(script, "filename", script) or ""), tuple(
+        sorted((k, str(v)) for k, v in attributes.items())
+    )
 
 
 def _clean_page(app, pagename, templatename, context, doctree) -> None:
@@ -37,5 +39,7 @@ def _root_favicon(app, exception) -> None:
 
 def setup(app):
     app.connect("build-finished", _root_favicon)
-    app.connect("html-page-context", _clean_page, priority=999)  # after the handlers that add scripts
+    app.connect(
+        "html-page-context", _clean_page, priority=999
+    )  # after the handlers that add scripts
     return {"parallel_read_safe": True, "parallel_write_safe": True}

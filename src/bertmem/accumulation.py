@@ -123,7 +123,8 @@ def backward_window(model: torch.nn.Module, window: list, device: torch.device |
                     weighting: str = "examples", scale=None, autocast=None) -> float:
     """Backward every micro-batch of a window, each loss weighted by its share; return the window's loss (ch. 2).
 
-    The micro-batches go to `device`, by default the model's. `autocast` (optional) returns the context for the forward pass and `scale` wraps each weighted loss
+    The micro-batches go to `device`, by default the model's. `autocast` (optional) returns the context for the
+    forward pass and `scale` wraps each weighted loss
     before backward, e.g. `MixedPrecision.autocast` and `MixedPrecision.scale` (chapter 3).
     """
     device = resolve_device(model, device)

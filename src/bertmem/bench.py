@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import time
+import statistics
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -12,7 +12,9 @@ from typing import Any
 import torch
 
 from .experiment import RunConfig, build_model, environment_info, load_frames
-from .memory import GIB, measure_step_memory
+from .memory import measure_step_memory
+from .stats import compare_accuracies, step_timing, summarize
+from .workload import matmul_tflops, model_flops_utilisation
 from .train import TrainConfig
 
 VARIANTS = ("fp32 baseline", "accumulation ×4", "mixed precision + accumulation", "full recipe",
@@ -23,7 +25,6 @@ SEED_TABLE = [  # the seed article's table (IMDb, RTX 3090), as printed there: n
     {"variant": "mixed precision + accumulation", "memory (GB)": 4.3, "time per epoch (min)": 35, "F1": 0.925},
     {"variant": "full recipe", "memory (GB)": 3.8, "time per epoch (min)": 32, "F1": 0.927},
 ]
-TARGETS = {"activations": 0.25, "time": 0.5, "accuracy_points": 1.5, "estimated_peak": 0.15}
 
 
 @dataclass
@@ -40,7 +41,8 @@ class BenchConfig:
     learning_rate: float = 1e-4
     layerwise_decay: float = 0.95
     epochs: int = 1
-    seed: int = 0
+    seed: int = 0  # picks the data subset: every seed and variant sees the same examples
+    seeds: tuple[int, ...] = (0,)  # one round of all variants per seed (initialisation, order, dropout)
     device: str = "cpu"
     variants: tuple[str, ...] = VARIANTS
     progress: bool = True
@@ -50,19 +52,22 @@ class BenchConfig:
         if self.effective_batch % self.accumulation:
             raise ValueError(f"effective_batch {self.effective_batch} must be a multiple of accumulation "
                              f"{self.accumulation} so every variant sees the same effective batch")
+        if not self.seeds or len(set(self.seeds)) != len(self.seeds):
+            raise ValueError(f"seeds must be distinct and at least one, got {self.seeds}")
         unknown = [v for v in self.variants if v not in VARIANTS]
         if unknown:
             raise ValueError(f"unknown variant(s) {unknown}: choose from {VARIANTS}")
 
 
-def variant_settings(bench: BenchConfig, variant: str) -> tuple[RunConfig, TrainConfig]:
-    """The run and recipe of one variant; each adds one idea to the previous one (chapter 5)."""
+def variant_settings(bench: BenchConfig, variant: str, seed: int | None = None) -> tuple[RunConfig, TrainConfig]:
+    """The run and recipe of one variant (training seed: `seed`, default the first); each adds one idea (ch. 5)."""
     full = variant.startswith("full")
     micro = bench.effective_batch if variant == "fp32 baseline" else bench.effective_batch // bench.accumulation
     run = RunConfig(model=bench.model, dataset=bench.dataset, train_size=bench.train_size, eval_size=bench.eval_size,
                     max_length=bench.max_length, batch_size=micro, group_by_length=full, pad_to_max_length=not full,
                     attention="sdpa" if full else "eager")
-    train = TrainConfig(epochs=bench.epochs, learning_rate=bench.learning_rate, seed=bench.seed, device=bench.device,
+    seed = bench.seeds[0] if seed is None else seed
+    train = TrainConfig(epochs=bench.epochs, learning_rate=bench.learning_rate, seed=seed, device=bench.device,
                         accumulation_steps=bench.effective_batch // micro, progress=bench.progress,
                         precision="fp32" if variant in VARIANTS[:2] else "auto",
                         warmup_ratio=0.1 if full else 0.0, layerwise_decay=bench.layerwise_decay if full else None,
@@ -73,32 +78,6 @@ def variant_settings(bench: BenchConfig, variant: str) -> tuple[RunConfig, Train
 def widest_batch(loader) -> dict[str, torch.Tensor]:
     """The micro-batch with the most token positions: the one that sets the activation peak."""
     return max(loader, key=lambda b: b["input_ids"].numel())
-
-
-def matmul_tflops(dtype: torch.dtype = torch.bfloat16, device: str = "cpu", n: int | None = None,
-                  repeats: int = 3) -> float:
-    """Measured dense matmul throughput in TFLOP/s: the denominator of model-FLOPs utilisation (chapter 5)."""
-    n = n or (8192 if device.startswith("cuda") else 1024)
-    a = torch.randn(n, n, device=device, dtype=dtype)
-    b = torch.randn(n, n, device=device, dtype=dtype)
-    a @ b  # warm-up
-    best = float("inf")
-    for _ in range(repeats):
-        if device.startswith("cuda"):
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        a @ b
-        if device.startswith("cuda"):
-            torch.cuda.synchronize()
-        best = min(best, time.perf_counter() - start)
-    return 2 * n**3 / best / 1e12
-
-
-def model_flops_utilisation(num_params: int, tokens: int, seconds: float, peak_tflops: float) -> float:
-    """6 · parameters · tokens / time, as a share of the peak (Kaplan et al.'s training FLOPs) (chapter 5)."""
-    if seconds <= 0 or peak_tflops <= 0:
-        raise ValueError(f"seconds and peak_tflops must be > 0, got {seconds} and {peak_tflops}")
-    return 6 * num_params * tokens / seconds / (peak_tflops * 1e12)
 
 
 def fit_check(bench: BenchConfig, model, run: RunConfig, config: TrainConfig, precision: str) -> str | None:
@@ -126,24 +105,25 @@ def fit_check(bench: BenchConfig, model, run: RunConfig, config: TrainConfig, pr
     return f"does not fit (estimated {needed / 1e9:.1f} GB > {budget / 1e9:.1f} GB)"
 
 
-def run_variant(bench: BenchConfig, variant: str, frames, peak_tflops: dict[str, float] | float | None
-                ) -> dict[str, Any]:
-    """Measure one variant: memory on its widest micro-batch, then a full training run and evaluation.
+def run_variant(bench: BenchConfig, variant: str, frames, peak_tflops: dict[str, float] | float | None,
+                seed: int | None = None) -> dict[str, Any]:
+    """Measure one variant with one training seed: memory on its widest micro-batch, then training and evaluation.
 
     A variant whose estimated peak exceeds the budget is not run: its row says so (chapter 5).
     `peak_tflops`: the measured matmul peak per precision, so MFU divides by the precision actually used.
+    The row keeps the step times after a warm-up (`step_times_s`) for the median across rounds.
     """
     from .data import make_loader, tokenize_frame
     from .models import enable_gradient_checkpointing
     from .precision import choose_precision
     from .train import train
 
-    run, config = variant_settings(bench, variant)
+    run, config = variant_settings(bench, variant, seed)
     train_frame, eval_frame = frames
     model, tokenizer = build_model(run, train_frame.attrs["label_names"])
     pad = run.max_length if run.pad_to_max_length else None
     loader = make_loader(tokenize_frame(train_frame, tokenizer, run.max_length), tokenizer, run.batch_size,
-                         shuffle=True, seed=bench.seed, group_by_length=run.group_by_length, pad_to_max_length=pad)
+                         shuffle=True, seed=config.seed, group_by_length=run.group_by_length, pad_to_max_length=pad)
     eval_loader = make_loader(tokenize_frame(eval_frame, tokenizer, run.max_length), tokenizer, 32,
                               group_by_length=True)
     precision = choose_precision(config.precision, torch.device(config.device).type, verbose=False).precision
@@ -172,10 +152,16 @@ def run_variant(bench: BenchConfig, variant: str, frames, peak_tflops: dict[str,
     epoch = result.final_metrics
     tokens = sum(b["input_ids"].numel() for b in loader) * len(result.epochs)
     num_params = sum(p.numel() for p in model.parameters())
-    row.update({"activations (MiB)": report.activations / 2**20,
+    times = [h["step_time_s"] for h in result.history]
+    kept = times[2:] if len(times) > 2 else times  # the first steps pay for allocation and warm caches
+    timing = step_timing(kept, warmup=0)
+    row.update({"seed": config.seed, "step_times_s": kept, "examples per step": bench.effective_batch,
+                "median step (s)": timing.median_s, "step spread (IQR / median)": timing.spread,
+                "activations (MiB)": report.activations / 2**20,
                 "weights+grads+Adam (MiB)": (report.parameters * 4) / 2**20,  # fp32 weights, grads, 2 Adam moments
                 "time per epoch (s)": sum(e["train_time_s"] for e in result.epochs) / len(result.epochs),
-                "examples/s": epoch["examples_per_s"], "accuracy": epoch["accuracy"], "macro-F1": epoch["macro_f1"]})
+                "examples/s": bench.effective_batch / timing.median_s, "accuracy": epoch["accuracy"],
+                "macro-F1": epoch["macro_f1"], "test examples": len(eval_frame)})
     row["total (MiB)"] = row["activations (MiB)"] + row["weights+grads+Adam (MiB)"]
     if cuda:
         row["CUDA peak (MiB)"] = torch.cuda.max_memory_allocated() / 2**20
@@ -186,8 +172,38 @@ def run_variant(bench: BenchConfig, variant: str, frames, peak_tflops: dict[str,
     return row
 
 
+def combine_rounds(rounds: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """One row per variant from its rows in every round: median step over all rounds, accuracy mean ± std."""
+    combined = []
+    for runs in zip(*rounds):
+        if any("note" in r for r in runs):
+            combined.append(next(r for r in runs if "note" in r))
+            continue
+        row = {k: v for k, v in runs[0].items() if k not in ("seed", "step_times_s")}
+        timing = step_timing([t for r in runs for t in r["step_times_s"]], warmup=0)
+        accuracy, f1 = summarize([r["accuracy"] for r in runs]), summarize([r["macro-F1"] for r in runs])
+        compute = [sum(r["step_times_s"]) for r in runs]  # each round's training compute after warm-up
+        row.update({"seeds": len(runs), "median step (s)": timing.median_s,
+                    "step spread (IQR / median)": timing.spread,
+                    "examples/s": row["examples per step"] / timing.median_s,
+                    "time per epoch (s)": summarize([r["time per epoch (s)"] for r in runs]).mean,
+                    "accuracy": accuracy.mean, "accuracy std": accuracy.std, "macro-F1": f1.mean,
+                    "macro-F1 std": f1.std, "accuracies": [r["accuracy"] for r in runs],
+                    "compute per round (s)": compute})
+        if "MFU" in runs[0]:
+            row["MFU"] = summarize([r["MFU"] for r in runs]).mean
+        combined.append(row)
+    return combined
+
+
 def add_ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Each row against the fp32 baseline of the same run (or, when it did not fit, the first row that ran)."""
+    """Each row against the fp32 baseline (or, when it did not fit, the first row that ran); Δ with its noise.
+
+    The time ratio compares training compute (the step times after warm-up) round by round — each round runs
+    every variant back to back, so a slow spell of the machine falls on all of them — and takes the median over
+    rounds; with length-grouped batches the step times vary by design, so their sum, not a median step, is the
+    work. The accuracy difference gets a verdict from `stats.compare_accuracies`.
+    """
     ran = [r for r in rows if "note" not in r]
     if not ran:
         return rows
@@ -198,12 +214,19 @@ def add_ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if base["variant"] != "fp32 baseline":  # the baseline did not fit: say what the ratios compare with
             row["ratios relative to"] = base["variant"]
         row["activations ratio"] = row["activations (MiB)"] / base["activations (MiB)"]
-        row["time ratio"] = row["time per epoch (s)"] / base["time per epoch (s)"]
+        if "compute per round (s)" in row and "compute per round (s)" in base:
+            per_round = [r / b for r, b in zip(row["compute per round (s)"], base["compute per round (s)"])]
+            row["time ratio"] = statistics.median(per_round)
+            row["time ratio range"] = f"{min(per_round):.2f}–{max(per_round):.2f}"
+        else:
+            row["time ratio"] = row["median step (s)"] / base["median step (s)"]
+        row["epoch time ratio"] = row["time per epoch (s)"] / base["time per epoch (s)"]
         row["accuracy Δ (points)"] = 100 * (row["accuracy"] - base["accuracy"])
-        if row["variant"] == "full recipe":
-            met = (row["activations ratio"] <= TARGETS["activations"] and row["time ratio"] <= TARGETS["time"]
-                   and abs(row["accuracy Δ (points)"]) <= TARGETS["accuracy_points"])
-            row["targets"] = "met" if met else "missed"
+        if row is not base:
+            verdict = compare_accuracies(base.get("accuracies", [base["accuracy"]]),
+                                         row.get("accuracies", [row["accuracy"]]), row.get("test examples"))
+            row["accuracy Δ vs noise"] = verdict.describe(" points", scale=100)
+            row["within noise"] = verdict.within_noise
     return rows
 
 
@@ -217,46 +240,27 @@ def precisions_used(bench: BenchConfig) -> list[str]:
 
 
 def run_bench(bench: BenchConfig) -> dict[str, Any]:
-    """Every variant on the same frames; rows with ratios, environment and settings (chapter 5)."""
+    """Every variant on the same frames, in rounds (A B C … per seed); rows with ratios and noise (chapter 5).
+
+    Interleaving puts a slow spell of a shared machine on every variant alike instead of on whichever ran then
+    (odd rounds run the variants in reverse order); the matmul peak is measured again in every round.
+    """
     first = variant_settings(bench, bench.variants[0])[0]
     frames = load_frames(first, seed=bench.seed)
     dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-    peaks = {p: matmul_tflops(dtypes[p], bench.device) for p in precisions_used(bench)}
-    rows = [run_variant(bench, v, frames, peaks) for v in bench.variants]
+    rounds, peaks_per_round = [], []
+    for index, seed in enumerate(bench.seeds):
+        peaks = {p: matmul_tflops(dtypes[p], bench.device) for p in precisions_used(bench)}
+        peaks_per_round.append(peaks)
+        order = bench.variants if index % 2 == 0 else bench.variants[::-1]  # A B C, then C B A: no fixed slot
+        rows = {v: run_variant(bench, v, frames, peaks, seed) for v in order}
+        rounds.append([rows[v] for v in bench.variants])
+    rows = combine_rounds(rounds)
     if "fp32 baseline" in bench.variants:
         rows = add_ratios(rows)
-    return {"rows": rows, "matmul_tflops": peaks, "bf16_matmul_tflops": peaks.get("bf16"), "settings": asdict(bench),
-            "environment": environment_info()}
-
-
-def estimated_rows(model: str = "bert-base-uncased", seq_len: int = 512, effective_batch: int = 32,
-                   accumulation: int = 4) -> list[dict[str, Any]]:
-    """The variants for a CUDA GPU, estimated with FakeTensorMode (no GPU needed), with 16/24 GB fits (chapter 5).
-
-    The peak is the most memory alive at one moment of a steady-state step (the timeline), not the sum of
-    weights, gradients, optimizer state and activations, which no moment of the step holds at once.
-    """
-    from .estimate import estimate_step_memory
-
-    micro = effective_batch // accumulation
-    specs = {"fp32 baseline": (effective_batch, "eager", "fp32", False),
-             "accumulation ×4": (micro, "eager", "fp32", False),
-             "mixed precision + accumulation": (micro, "eager", "bf16", False),
-             "full recipe": (micro, "sdpa", "bf16", False),
-             "full + gradient checkpointing": (micro, "sdpa", "bf16", True)}
-    rows = []
-    for variant, (batch, attention, precision, ckpt) in specs.items():
-        r = estimate_step_memory(model, batch, seq_len, precision=precision, attention=attention,
-                                 gradient_checkpointing=ckpt)
-        rows.append({"variant": variant, "micro-batch": batch, "attention": attention, "precision": precision,
-                     "activations (GiB)": r.activations / GIB, "estimated peak (GiB)": r.step_peak / GIB,
-                     "peak during": r.peak_phase, "sum of categories (GiB)": r.total / GIB})
-    base = rows[0]["estimated peak (GiB)"]
-    for row in rows:
-        row["peak ratio"] = row["estimated peak (GiB)"] / base
-        for card in (16, 24):  # leave ~1 GiB for the CUDA context and allocator slack
-            row[f"fits {card} GB"] = "yes" if row["estimated peak (GiB)"] + 1 <= card * 1e9 / GIB else "no"
-    return rows
+    peaks = {p: statistics.median(r[p] for r in peaks_per_round) for p in peaks_per_round[0]}
+    return {"rows": rows, "rounds": rounds, "matmul_tflops": peaks, "matmul_tflops_per_round": peaks_per_round,
+            "bf16_matmul_tflops": peaks.get("bf16"), "settings": asdict(bench), "environment": environment_info()}
 
 
 def write_bench(result: dict[str, Any], folder: str | Path) -> Path:
@@ -267,7 +271,9 @@ def write_bench(result: dict[str, Any], folder: str | Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "bench.json").write_text(json.dumps(result, indent=1, default=str))
     env = ", ".join(f"{k} {v}" for k, v in result["environment"].items())
-    parts = [f"# Recipe benchmark\n\n{env}\n", markdown_table(result["rows"], floatfmt=".3g")]
+    hidden = ("accuracies", "within noise", "compute per round (s)")  # kept in bench.json; lists do not tabulate
+    rows = [{k: v for k, v in row.items() if k not in hidden} for row in result["rows"]]
+    parts = [f"# Recipe benchmark\n\n{env}\n", markdown_table(rows, floatfmt=".3g")]
     if result.get("estimated"):
         parts += ["\n## Estimated for a CUDA GPU (bert-base, 512 tokens, effective batch 32)\n",
                   markdown_table(result["estimated"], floatfmt=".3g")]

@@ -41,7 +41,8 @@ def _recipe_arguments(parser: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The `bertmem` command line: `train` one run, `bench` the recipe variants."""
-    parser = argparse.ArgumentParser(prog="bertmem", description="Fine-tune BERT-family classifiers on a memory budget.")
+    parser = argparse.ArgumentParser(prog="bertmem",
+                                     description="Fine-tune BERT-family classifiers on a memory budget.")
     sub = parser.add_subparsers(dest="command", required=True)
     t = sub.add_parser("train", help="fine-tune once and write metrics.json, config.json and loss.png")
     _recipe_arguments(t)
@@ -72,6 +73,9 @@ def build_parser() -> argparse.ArgumentParser:
     _recipe_arguments(b)
     b.add_argument("--effective-batch", type=int, default=get_profile().effective_batch,
                    help="examples per optimizer step in every variant (default: the profile's)")
+    b.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2],
+                   help="training seeds: one round of every variant per seed (accuracy mean ± std); "
+                        "--seed picks the data subset")
     b.add_argument("--output-dir", default="results/bench")
     b.add_argument("--no-estimate", action="store_true", help="skip the estimated bert-base table")
     p = sub.add_parser("plan", help="the largest micro-batch that fits a memory budget (estimated, no GPU needed)")
@@ -144,11 +148,13 @@ def train_main(args: argparse.Namespace) -> dict:
 
 def bench_main(args: argparse.Namespace) -> dict:
     """Run the variants, add the bert-base estimate, print and save the tables."""
-    from .bench import BenchConfig, estimated_rows, run_bench, write_bench
+    from .bench import BenchConfig, run_bench, write_bench
+    from .estimate import estimated_rows
 
     bench = BenchConfig(model=args.model, dataset=args.dataset, train_size=args.train_size, eval_size=args.eval_size,
                         max_length=args.max_length, effective_batch=args.effective_batch, learning_rate=args.lr,
-                        epochs=args.epochs, seed=args.seed, device=args.device, progress=not args.no_progress)
+                        epochs=args.epochs, seed=args.seed, seeds=tuple(args.seeds), device=args.device,
+                        progress=not args.no_progress)
     result = run_bench(bench)
     if not args.no_estimate:
         result["estimated"] = estimated_rows()

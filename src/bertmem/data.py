@@ -63,7 +63,8 @@ def looks_like_path(name: str) -> bool:
             or name.count("/") > 1 or "\\" in name)
 
 
-def read_split(source: str | os.PathLike, split: str = "train", mirror: str | os.PathLike | None = None) -> pd.DataFrame:
+def read_split(source: str | os.PathLike, split: str = "train",
+               mirror: str | os.PathLike | None = None) -> pd.DataFrame:
     """Raw rows of a dataset name, a file, a folder of <split>.<ext> files, or a Hub id (chapter 0)."""
     path = Path(source).expanduser()
     if path.is_file():

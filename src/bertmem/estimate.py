@@ -5,12 +5,12 @@ from __future__ import annotations
 import contextlib
 import copy
 import warnings
-from typing import Iterator
+from typing import Any, Iterator
 
 import torch
 
 from .models import enable_gradient_checkpointing
-from .memory import MemoryReport, _check_sizes, measure_step_memory
+from .memory import GIB, MemoryReport, _check_sizes, measure_step_memory
 from .precision import PRECISIONS
 
 KNOWN_CONFIGS = {  # shapes only, so estimates need no download
@@ -171,3 +171,41 @@ def estimate_step_memory(config_or_model_id, batch_size: int, seq_len: int, prec
                     + f", {precision}, {optimizer}" + (", gradient checkpointing" if gradient_checkpointing else ""),
                     "excludes the CUDA context, allocator caching/fragmentation and kernel workspaces"]
     return report
+
+
+def peak_line(config_or_model_id, seq_len: int, **kwargs) -> tuple[float, float]:
+    """The estimated step peak as fixed + per-example bytes at one length, from batches 1 and 2 (chapter 1).
+
+    The peak is linear in the batch once the moment it falls at is fixed (the same for b = 1, 2, ...).
+    """
+    one = estimate_step_memory(config_or_model_id, 1, seq_len, **kwargs).step_peak
+    two = estimate_step_memory(config_or_model_id, 2, seq_len, **kwargs).step_peak
+    return float(one - (two - one)), float(two - one)
+
+
+def estimated_rows(model: str = "bert-base-uncased", seq_len: int = 512, effective_batch: int = 32,
+                   accumulation: int = 4) -> list[dict[str, Any]]:
+    """The variants for a CUDA GPU, estimated with FakeTensorMode (no GPU needed), with 16/24 GB fits (chapter 5).
+
+    The peak is the most memory alive at one moment of a steady-state step (the timeline), not the sum of
+    weights, gradients, optimizer state and activations, which no moment of the step holds at once.
+    """
+    micro = effective_batch // accumulation
+    specs = {"fp32 baseline": (effective_batch, "eager", "fp32", False),
+             "accumulation ×4": (micro, "eager", "fp32", False),
+             "mixed precision + accumulation": (micro, "eager", "bf16", False),
+             "full recipe": (micro, "sdpa", "bf16", False),
+             "full + gradient checkpointing": (micro, "sdpa", "bf16", True)}
+    rows = []
+    for variant, (batch, attention, precision, ckpt) in specs.items():
+        r = estimate_step_memory(model, batch, seq_len, precision=precision, attention=attention,
+                                 gradient_checkpointing=ckpt)
+        rows.append({"variant": variant, "micro-batch": batch, "attention": attention, "precision": precision,
+                     "activations (GiB)": r.activations / GIB, "estimated peak (GiB)": r.step_peak / GIB,
+                     "peak during": r.peak_phase, "sum of categories (GiB)": r.total / GIB})
+    base = rows[0]["estimated peak (GiB)"]
+    for row in rows:
+        row["peak ratio"] = row["estimated peak (GiB)"] / base
+        for card in (16, 24):  # leave ~1 GiB for the CUDA context and allocator slack
+            row[f"fits {card} GB"] = "yes" if row["estimated peak (GiB)"] + 1 <= card * 1e9 / GIB else "no"
+    return rows

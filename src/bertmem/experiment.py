@@ -50,7 +50,8 @@ class RunConfig:
         if self.attention not in ATTENTION_IMPLEMENTATIONS:
             raise ValueError(f"attention must be one of {ATTENTION_IMPLEMENTATIONS}, got {self.attention!r}")
         if self.max_length < 8 or self.batch_size < 1:
-            raise ValueError(f"max_length must be >= 8 and batch_size >= 1, got {self.max_length} and {self.batch_size}")
+            raise ValueError(f"max_length must be >= 8 and batch_size >= 1, "
+                             f"got {self.max_length} and {self.batch_size}")
         for name in ("train_size", "eval_size"):
             value = getattr(self, name)
             if value is not None and value < 2:
@@ -96,7 +97,8 @@ def build_model(run: RunConfig, label_names: list[str]):
         config = tiny_bert_config(vocab_size=tokenizer.vocab_size, num_labels=len(label_names),
                                   max_position_embeddings=max(128, run.max_length), hidden_dropout_prob=0.0,
                                   attention_probs_dropout_prob=0.0,
-                                  id2label=dict(enumerate(label_names)), label2id={n: i for i, n in enumerate(label_names)})
+                                  id2label=dict(enumerate(label_names)),
+                                  label2id={n: i for i, n in enumerate(label_names)})
         return classifier_from_config(config, run.attention), tokenizer
     return load_classifier(run.model, len(label_names), run.attention, label_names), load_tokenizer(run.model)
 

@@ -70,9 +70,11 @@ def train_with_trainer(model: torch.nn.Module, train_loader, config, output_dir:
     choice = choose_precision(config.precision, device_type, verbose=False)
     steps_per_epoch = math.ceil(len(train_loader) / config.accumulation_steps)
     total = min(config.epochs * steps_per_epoch, config.max_steps or 10**12)
-    args = TrainingArguments(output_dir=output_dir or tempfile.mkdtemp(), per_device_train_batch_size=train_loader.batch_size or 1,
+    args = TrainingArguments(output_dir=output_dir or tempfile.mkdtemp(),
+                             per_device_train_batch_size=train_loader.batch_size or 1,
                              gradient_accumulation_steps=config.accumulation_steps, max_steps=total,
-                             logging_steps=1, report_to="none", use_cpu=device_type == "cpu", disable_tqdm=not config.progress,
+                             logging_steps=1, report_to="none", use_cpu=device_type == "cpu",
+                             disable_tqdm=not config.progress,
                              save_strategy="no", seed=config.seed, bf16=choice.precision == "bf16",
                              fp16=choice.precision == "fp16", **checkpointing_arguments(config.gradient_checkpointing),
                              max_grad_norm=config.max_grad_norm or 0.0,

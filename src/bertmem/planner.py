@@ -224,8 +224,12 @@ def attempt_training_step(model, batch: dict, precision: str = "fp32") -> StepAt
     try:
         report = measure_step_memory(model, batch, torch.optim.AdamW(model.parameters()), precision=precision)
         return StepAttempt(True, report.peak)
-    except torch.OutOfMemoryError as err:  # the allocator's own message: how much it tried and what was free
-        message = str(err).strip().splitlines()[0] if str(err).strip() else "out of memory"
+    except (torch.OutOfMemoryError, RuntimeError) as err:  # the allocator's own message: what it tried, what was free
+        text = str(err).strip()
+        if not isinstance(err, torch.OutOfMemoryError) and not any(
+                sign in text for sign in ("out of memory", "CUBLAS_STATUS_ALLOC_FAILED")):
+            raise  # a real error, not the card running out (cuBLAS reports that as a RuntimeError)
+        message = text.splitlines()[0] if text else "out of memory"
         return StepAttempt(False, None, message.split(" Including non-PyTorch")[0][:200])
     finally:
         model.zero_grad(set_to_none=True)  # the failed step's gradients would stay alive otherwise

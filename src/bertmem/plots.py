@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -132,3 +132,24 @@ def plot_step_timeline(report, ax=None, unit: float = 1024**3, unit_name: str = 
     ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=3)  # below: keeps the peak visible
     ax.grid(alpha=0.3)
     return ax
+
+
+def glue(name: str, value: Any, markdown: bool = False) -> Any:
+    """Hand a computed value to the page's prose (myst-nb `glue`, shown nowhere else); returns the value (all).
+
+    Prose cites it as {glue:text}`name:.2f` (numbers) or {glue:md}`name` (markdown=True, sentences). Where
+    myst-nb is missing (Colab, a plain Jupyter) nothing is recorded: the value is still returned.
+    """
+    try:
+        from myst_nb import glue as record
+    except ImportError:
+        return value
+    if getattr(value, "ndim", None) == 0 and hasattr(value, "item"):
+        value = value.item()  # a NumPy or torch scalar: the page formats Python numbers only
+    if markdown:
+        from IPython.display import Markdown
+
+        record(name, Markdown(str(value)), display=False)
+    else:
+        record(name, value, display=False)
+    return value

@@ -77,8 +77,8 @@ def choose_precision(requested: str = "auto", device_type: str | None = None,
     else:  # another accelerator: no mixed-precision policy here, fp32 unless a test asks otherwise
         bf16_ok, where = False, f"{device_type} device"
     if requested == "fp16" and device_type == "cpu":
-        raise ValueError("fp16 on a CPU runs about 25x slower than fp32 (no fp16 matmul kernels): "
-                         "use precision='bf16' or 'fp32'")
+        raise ValueError("fp16 on a CPU runs many times slower than fp32 (no fast fp16 matmul kernels; chapter 3 "
+                         "measures it): use precision='bf16' or 'fp32'")
     if requested == "bf16" and not bf16_ok:
         raise ValueError(f"bf16 is not supported on this {where}: use 'fp16' (GPU) or 'fp32'")
     if requested != "auto":
@@ -88,7 +88,7 @@ def choose_precision(requested: str = "auto", device_type: str | None = None,
     elif device_type == "cuda":
         choice = PrecisionChoice("fp16", device_type, f"{where} (pre-Ampere, e.g. a T4): fp16 with GradScaler")
     else:
-        why = "fp16 would be ~25x slower here" if device_type == "cpu" else "no mixed-precision policy for it"
+        why = "fp16 has no fast CPU kernels" if device_type == "cpu" else "no mixed-precision policy for it"
         choice = PrecisionChoice("fp32", device_type, f"{where}: fp32 ({why})")
     if verbose:
         print(f"precision: {choice.precision} — {choice.reason}")
@@ -171,6 +171,8 @@ def trace_op_dtypes(model: torch.nn.Module, batch: dict, autocast=None) -> dict[
     """Which aten ops ran in which output dtype during one forward pass, e.g. under autocast (chapter 3)."""
     from collections import Counter, defaultdict
 
+    from .devices import model_device, move_to
+
     from torch.utils._python_dispatch import TorchDispatchMode
 
     seen: defaultdict[str, Counter] = defaultdict(Counter)
@@ -183,6 +185,7 @@ def trace_op_dtypes(model: torch.nn.Module, batch: dict, autocast=None) -> dict[
                 seen[func.overloadpacket.__name__][str(first.dtype).removeprefix("torch.")] += 1
             return out
 
+    batch = move_to(batch, model_device(model))  # the batch follows the model
     with torch.no_grad(), (autocast() if autocast is not None else contextlib.nullcontext()), Trace():
         model(**batch)
     return {op: dict(counts) for op, counts in sorted(seen.items())}

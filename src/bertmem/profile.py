@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import random
+import sys
 import warnings
 from dataclasses import dataclass
 from typing import Iterable, Mapping
@@ -55,8 +56,9 @@ class Profile:
 
 
 # Sized for a Colab T4 (16 GB, fp16): bert-base at 512 tokens on hash-chosen IMDb subsets, so each chapter takes
-# at most about 10 minutes there (bertmem.workload estimates it from FLOPs). Batch 8 is what the planner fits
-# for fp32 (chapter 0's baseline) in 15 GiB; the chapters that accumulate reach the effective batch 32.
+# at most about 10 minutes there (bertmem.workload estimates it from FLOPs). Chapter 0's fp32 baseline at batch 8
+# fits 15 GiB with room to spare (the planner's largest is about twice that; a test checks that 8 fits); the
+# chapters that accumulate reach the effective batch 32.
 GPU_DEFAULTS = dict(name="gpu", model_id="bert-base-uncased", dataset="imdb", max_length=512, batch_size=8,
                     train_size=2000, eval_size=1000, epochs=1, learning_rate=2e-5, device="cuda", effective_batch=32)
 # The results table at full size on a large card (BERTMEM_PROFILE=full make bench): all of IMDb, 2 epochs.
@@ -88,7 +90,8 @@ def get_profile(name: str | None = None, env: Mapping[str, str] | None = None) -
         if raw is None or field.name == "name":
             continue
         try:
-            values[field.name] = _parse_size(raw) if field.name in ("train_size", "eval_size") else _CASTS[field.name](raw)
+            sized = field.name in ("train_size", "eval_size")
+            values[field.name] = _parse_size(raw) if sized else _CASTS[field.name](raw)
         except ValueError as err:
             raise ValueError(f"{ENV_PREFIX}{field.name.upper()}={raw!r} is not a valid {field.name}: {err}") from None
     return Profile(**values)
@@ -111,9 +114,29 @@ def quiet_progress_import() -> None:
         import tqdm.auto  # noqa: F401  (cached: later imports, e.g. by transformers, do not warn again)
 
 
+def text_bar_in_notebook(bar_class) -> bool:
+    """True in a Jupyter kernel where tqdm.auto fell back to a text bar (no ipywidgets): an executed notebook."""
+    return "ipykernel" in sys.modules and not bar_class.__module__.startswith("tqdm.notebook")
+
+
 def progress(iterable: Iterable, desc: str, enabled: bool = True, **kwargs):
-    """A `tqdm.auto` bar that redraws at most every 5 s, so executed notebooks keep short logs (all chapters)."""
+    """A `tqdm.auto` bar: a live widget in Jupyter with ipywidgets, a text bar in a terminal (all chapters).
+
+    In a kernel without ipywidgets (how the book's notebooks are executed) every redraw would stay in the saved
+    output as one more line, so the bar there shows only its final line.
+    """
     quiet_progress_import()
     from tqdm.auto import tqdm
 
-    return tqdm(iterable, desc=desc, disable=not enabled, mininterval=5.0, **kwargs)
+    kwargs.setdefault("mininterval", 5.0)  # a terminal redraws at most every 5 s
+    if not text_bar_in_notebook(tqdm):
+        return tqdm(iterable, desc=desc, disable=not enabled, **kwargs)
+
+    class FinalLineBar(tqdm):  # never drawn while running (delay), drawn once when the loop ends
+        def close(self):
+            stays = self.leave or (self.leave is None and self.pos == 0)
+            if not self.disable and stays:
+                self.last_print_t = self.start_t + self.delay  # as if shown: close() then prints the final line
+            super().close()
+
+    return FinalLineBar(iterable, desc=desc, disable=not enabled, delay=float("inf"), **kwargs)

@@ -33,12 +33,15 @@ class StateBytes:
 
 
 def per_device_bytes(num_params: int, activation_bytes: int, devices: int, strategy: str = "ddp",
-                     state: StateBytes = StateBytes(), gathered_params: int = 0) -> dict[str, float]:
+                     state: StateBytes = StateBytes(), gathered_params: int = 0,
+                     gradient_buckets: bool = False) -> dict[str, float]:
     """Weights, gradients, optimizer state and activations held by one of `devices` data-parallel devices.
 
     Sharded parts are divided by the device count (Rajbhandari et al., 2020). Under ZeRO-3/FSDP a device
     also holds one wrapped unit's full weights while it computes (`gathered_params`, e.g. one encoder layer).
-    Activations are per device and not sharded: each device runs its own micro-batch.
+    Activations are per device and not sharded: each device runs its own micro-batch. `gradient_buckets`:
+    PyTorch DDP's default (`gradient_as_bucket_view=False`) keeps its all-reduce buckets as a second copy of
+    the gradients; the ZeRO paper's accounting leaves them out.
     """
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
@@ -52,17 +55,46 @@ def per_device_bytes(num_params: int, activation_bytes: int, devices: int, strat
            "activations": float(activation_bytes)}
     if shard_w and devices > 1:
         out["gathered_weights"] = float(min(gathered_params, num_params) * state.weights)
+    if strategy == "ddp" and gradient_buckets and devices > 1:
+        out["gradient_buckets"] = float(num_params * state.gradients)
     out["total"] = sum(out.values())
     return out
 
 
+def offload_bytes(num_params: int, activation_bytes: int, half_bytes: int = 2,
+                  bucket_bytes: int = 5 * 10**8) -> dict[str, float]:
+    """ZeRO-Offload on one GPU: what stays on the GPU and what moves to CPU memory (chapter 7).
+
+    Only the 16-bit weights stay on the GPU; the 16-bit gradients leave for the CPU bucket by bucket during the
+    backward pass, and the fp32 master weights, fp32 gradients and both Adam moments live on the CPU, where the
+    optimizer step runs (Ren et al., 2021). The GPU holds 2P + A plus the gradient buckets in flight
+    (`bucket_bytes`, DeepSpeed's default reduce bucket of 5e8 elements; capped at the gradients' size) instead of
+    16P + A, at the price of a CPU-side optimizer step and PCIe transfers every step.
+    """
+    if num_params < 1 or activation_bytes < 0:
+        raise ValueError(f"need num_params >= 1 and activation_bytes >= 0, got {num_params}, {activation_bytes}")
+    buckets = min(bucket_bytes, num_params * half_bytes)
+    gpu = {"weights (16-bit)": num_params * half_bytes, "gradient buckets (16-bit)": float(buckets),
+           "activations": float(activation_bytes)}
+    cpu = {"master weights (fp32)": num_params * 4.0, "gradients (fp32)": num_params * 4.0,
+           "optimizer state": num_params * 8.0}
+    return {"gpu": {**gpu, "total": sum(gpu.values())}, "cpu": {**cpu, "total": sum(cpu.values())}}
+
+
 def sharding_table(num_params: int, activation_bytes: int, device_counts=(1, 2, 4, 8),
                    state: StateBytes = StateBytes(), gathered_params: int = 0) -> list[dict[str, float]]:
-    """Total bytes per device for every strategy and device count, as table rows (chapter 7)."""
+    """Total bytes per device for every strategy and device count, as table rows (chapter 7).
+
+    DDP appears twice: PyTorch's default (gradient buckets as a second gradient copy) and with
+    `gradient_as_bucket_view=True` (the gradients are views into the buckets).
+    """
     rows = []
-    for strategy in STRATEGIES:
-        row: dict = {"strategy": strategy}
+    for strategy, buckets in [("ddp", True), ("ddp", False), *((s, False) for s in STRATEGIES[1:])]:
+        ddp_name = "ddp (default)" if buckets else "ddp, gradient_as_bucket_view"
+        name = ddp_name if strategy == "ddp" else strategy
+        row: dict = {"strategy": name}
         for n in device_counts:
-            row[n] = per_device_bytes(num_params, activation_bytes, n, strategy, state, gathered_params)["total"]
+            row[n] = per_device_bytes(num_params, activation_bytes, n, strategy, state, gathered_params,
+                                      gradient_buckets=buckets)["total"]
         rows.append(row)
     return rows

@@ -17,7 +17,7 @@ from .models import enable_gradient_checkpointing
 from .checkpoint import (capture_rng, check_resume_settings, load_checkpoint, load_model_state, restore_rng,
                          save_checkpoint)
 from .data import dataset_fingerprint
-from .devices import model_device, move_to, require_device, resolve_device
+from .devices import model_device, move_to, require_device, resolve_device, synchronize
 from .interrupts import TrainingInterrupted, stops_on_sigterm
 from .precision import REQUESTS, MixedPrecision, check_finite, choose_precision
 from .profile import progress as progress_bar
@@ -70,7 +70,8 @@ class TrainConfig:
             raise ValueError(f"layerwise_decay must be in (0, 1] or None, got {self.layerwise_decay}")
         if self.max_steps is not None and self.max_steps < 1:
             raise ValueError(f"max_steps must be >= 1 or None, got {self.max_steps}")
-        if self.checkpoint_every is not None and (not isinstance(self.checkpoint_every, int) or self.checkpoint_every < 1):
+        every = self.checkpoint_every
+        if every is not None and (not isinstance(every, int) or every < 1):
             raise ValueError(f"checkpoint_every must be an int >= 1 or None, got {self.checkpoint_every!r}")
         if (self.checkpoint_every is not None or self.resume) and not self.checkpoint_dir:
             raise ValueError("checkpoint_every and resume need checkpoint_dir: the folder that holds checkpoint.pt")
@@ -85,7 +86,8 @@ class TrainConfig:
 class TrainResult:
     """What a run produced: per-step history, per-epoch metrics and timing; plots itself (chapter 0)."""
 
-    history: list[dict[str, float]] = field(default_factory=list)  # step, epoch, loss, lr (grad_norm, loss_scale)
+    # per optimizer step: step, epoch, loss, lr, step_time_s (and grad_norm, loss_scale when they apply)
+    history: list[dict[str, float]] = field(default_factory=list)
     epochs: list[dict[str, float]] = field(default_factory=list)  # epoch, train_time_s, examples_per_s, metrics
     precision: str = "fp32"
     skipped_steps: int = 0  # optimizer steps the fp16 loss scaler skipped after an overflow
@@ -197,7 +199,7 @@ def run_settings(config: TrainConfig, train_loader, micro_size: int, extra: dict
 @stops_on_sigterm  # SIGTERM saves a checkpoint like Ctrl-C does
 def train(model: torch.nn.Module, train_loader: DataLoader, config: TrainConfig,
           eval_loader: DataLoader | None = None, settings: dict[str, Any] | None = None) -> TrainResult:
-    """Fine-tune: windows of micro-batches (ch. 2), autocast + scaler (ch. 3), layer-wise LRs (ch. 4), checkpoints (ch. 5).
+    """Fine-tune: micro-batch windows (ch. 2), autocast + scaler (ch. 3), layer-wise LRs (ch. 4), checkpoints (ch. 5).
 
     `settings`: what the caller knows about the run (model id, dataset name …), stored in checkpoints and
     compared on resume together with the recipe and the data's fingerprint.
@@ -272,6 +274,7 @@ def train(model: torch.nn.Module, train_loader: DataLoader, config: TrainConfig,
                            enabled=config.progress, total=steps_per_epoch, initial=done // config.accumulation_steps)
         try:
             for window in bar:
+                step_start = time.perf_counter()
                 loss, new_splits = backward_with_backoff(model, window, device, config.loss_weighting, splits,
                                                          config.oom_backoff, scale=amp.scale, autocast=amp.autocast)
                 if new_splits != splits:
@@ -288,11 +291,13 @@ def train(model: torch.nn.Module, train_loader: DataLoader, config: TrainConfig,
                 if choice.use_scaler:
                     record["loss_scale"] = amp.scale_history[-1]
                 optimizer.zero_grad(set_to_none=True)
+                synchronize(device)  # a GPU's queued kernels belong to this step's time
+                record["step_time_s"] = time.perf_counter() - step_start  # compute only: no data loading
                 step, done = step + 1, done + len(window)
                 seen += sum(len(micro["labels"]) for micro in window)
                 record["lr"] = scheduler.get_last_lr()[0]
                 result.history.append(record)
-                bar.set_postfix(loss=f"{loss:.3f}")
+                bar.set_postfix(loss=f"{loss:.3f}", refresh=False)  # shown at the next timed redraw
                 if config.checkpoint_dir:
                     boundary = dict(boundary, micro_batches=done, step=step, seen=seen, splits=splits,
                                     elapsed_s=before + time.perf_counter() - start)

@@ -9,12 +9,15 @@ shorter than 512 tokens. It is an estimate, never a measurement: the pages say s
 
 from __future__ import annotations
 
-import dataclasses
+import time
 from dataclasses import dataclass
+
+import torch
 
 from .profile import Profile
 
-# Assumed share of the datasheet peak that a BERT fine-tune reaches (kernels, data loading, optimizer, Python).
+# Assumed share of the datasheet peak that a BERT fine-tune reaches (kernels, data loading, optimizer, Python);
+# each card carries its own value, this is the one the book assumes for all three until a GPU run measures them.
 UTILISATION = 0.3
 # Assumed fixed cost of a chapter besides its fine-tunes: imports, model loading, tokenizing, small demos.
 OVERHEAD_MINUTES = 1.0
@@ -28,10 +31,13 @@ class Card:
     memory_gib: float
     peak_tflops: dict[str, float]
     source: str
+    utilisation: float = UTILISATION  # the assumed share of the peak reached (an assumption, stated on the page)
 
     def __post_init__(self) -> None:
         if "fp32" not in self.peak_tflops or min(self.peak_tflops.values()) <= 0:
             raise ValueError(f"{self.name}: peak_tflops needs a positive 'fp32' entry, got {self.peak_tflops}")
+        if not 0 < self.utilisation <= 1:
+            raise ValueError(f"{self.name}: utilisation must be in (0, 1], got {self.utilisation}")
 
     def low_precision(self) -> str:
         """The precision `auto` picks on this card: bf16 where it has bf16 tensor cores, else fp16."""
@@ -52,12 +58,40 @@ CARDS = {  # NVIDIA datasheets (references.bib: nvidia2018t4, nvidia2023l4, nvid
 }
 
 
-def card_for(gpu_name: str | None) -> Card:
-    """The card whose name appears in a CUDA device name; the T4 (the book's reference card) otherwise."""
+def matmul_tflops(dtype: torch.dtype = torch.bfloat16, device: str = "cpu", n: int | None = None,
+                  repeats: int = 3) -> float:
+    """Measured dense matmul throughput in TFLOP/s: the denominator of model-FLOPs utilisation (chapter 5)."""
+    n = n or (8192 if device.startswith("cuda") else 1024)
+    a = torch.randn(n, n, device=device, dtype=dtype)
+    b = torch.randn(n, n, device=device, dtype=dtype)
+    a @ b  # warm-up
+    best = float("inf")
+    for _ in range(repeats):
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        a @ b
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+        best = min(best, time.perf_counter() - start)
+    return 2 * n**3 / best / 1e12
+
+
+def model_flops_utilisation(num_params: int, tokens: int, seconds: float, peak_tflops: float) -> float:
+    """6 · parameters · tokens / time, as a share of the peak (Kaplan et al.'s training FLOPs) (chapter 5)."""
+    if seconds <= 0 or peak_tflops <= 0:
+        raise ValueError(f"seconds and peak_tflops must be > 0, got {seconds} and {peak_tflops}")
+    return 6 * num_params * tokens / seconds / (peak_tflops * 1e12)
+
+
+def card_for(gpu_name: str | None) -> Card | None:
+    """The card a CUDA device name names as a whole word ('Tesla T4', 'NVIDIA L4'; not 'L40S'), else None."""
+    import re
+
     for key, card in CARDS.items():
-        if gpu_name and key.lower() in gpu_name.lower():
+        if gpu_name and re.search(rf"\b{key}\b", gpu_name, flags=re.IGNORECASE):
             return card
-    return CARDS["T4"]
+    return None
 
 
 @dataclass(frozen=True)
@@ -70,6 +104,7 @@ class ChapterSizes:
     max_length: int
     precision: str = "fp32"
     effective_batch: int = 16
+    seeds: tuple[int, ...] = (0,)  # training seeds: one run (or bench round) per seed
 
     def __post_init__(self) -> None:
         for name in ("train_size", "eval_size"):
@@ -85,18 +120,19 @@ class ChapterSizes:
 _SIZES = {
     "cpu": {"03": dict(train_size=400, eval_size=300, max_length=128),
             "04": dict(dataset="rotten_tomatoes", train_size=600, eval_size=400),
-            "05": dict(train_size=512, eval_size=200, max_length=128, effective_batch=16),
+            "05": dict(train_size=512, eval_size=200, max_length=128, effective_batch=16, seeds=(0, 1)),
             "06-warmup": dict(dataset="rotten_tomatoes", train_size=320, eval_size=300, max_length=64,
                               precision="auto"),
             "06-truncation": dict(dataset="imdb", train_size=600, eval_size=400, max_length=128, precision="auto")},
     "gpu": {"03": dict(train_size=1000, eval_size=500),
             "04": dict(train_size=1000, eval_size=500, precision="auto"),
-            "05": dict(train_size=1000, eval_size=500, effective_batch=32),
+            "05": dict(train_size=500, eval_size=300, effective_batch=32, seeds=(0, 1)),
             "06-warmup": dict(dataset="rotten_tomatoes", train_size=320, eval_size=300, max_length=64,
                               precision="auto"),
             "06-truncation": dict(dataset="imdb", train_size=600, eval_size=400, max_length=128, precision="auto")},
 }
-_SIZES["full"] = {**_SIZES["gpu"], "03": {}, "04": dict(precision="auto"), "05": dict(effective_batch=32)}
+_SIZES["full"] = {**_SIZES["gpu"], "03": {}, "04": dict(precision="auto"),
+                  "05": dict(effective_batch=32, seeds=(0, 1, 2))}
 
 
 def _capped(value: int | None, limit: int | None) -> int | None:
@@ -117,7 +153,7 @@ def chapter_sizes(chapter: str, profile: Profile) -> ChapterSizes:
                         eval_size=_capped(entry.get("eval_size"), profile.eval_size),
                         max_length=min(entry.get("max_length", profile.max_length), profile.max_length),
                         precision=entry.get("precision", "fp32"),
-                        effective_batch=entry.get("effective_batch", 16))
+                        effective_batch=entry.get("effective_batch", 16), seeds=entry.get("seeds", (0,)))
 
 
 @dataclass(frozen=True)
@@ -127,7 +163,7 @@ class Run:
     sizes: ChapterSizes
     epochs: int = 1
     repeats: int = 1
-    evaluations: int = 1  # passes over the evaluation set per run
+    evaluations: int | None = None  # passes over the evaluation set per run; None: one per epoch
     precision: str | None = None  # None: the sizes' precision
     recompute: float = 1.0  # 4/3 with gradient checkpointing (the forward runs twice)
 
@@ -135,36 +171,38 @@ class Run:
 def chapter_runs(profile: Profile) -> dict[str, list[Run]]:
     """The fine-tunes each chapter executes under a profile, as its notebook runs them (intro, setup cells)."""
     sizes = {c: chapter_sizes(c, profile) for c in ("00", "03", "04", "05", "06-warmup", "06-truncation")}
-    bench = sizes["05"]
+    bench, rounds = sizes["05"], len(sizes["05"].seeds)  # the bench runs every variant once per seed
     return {
-        "00": [Run(sizes["00"], epochs=profile.epochs, evaluations=2)],
+        "00": [Run(sizes["00"], epochs=profile.epochs, evaluations=profile.epochs + 1)],  # + before training
         "01": [], "02": [],
         "03": [Run(sizes["03"], precision="fp32"), Run(sizes["03"], precision="auto")],
         "04": [Run(sizes["04"], epochs=profile.epochs, repeats=9)],
-        "05": [Run(bench, repeats=2, precision="fp32"), Run(bench, repeats=2, precision="auto"),
-               Run(bench, precision="auto", recompute=4 / 3)],
+        "05": [Run(bench, repeats=2 * rounds, precision="fp32"), Run(bench, repeats=2 * rounds, precision="auto"),
+               Run(bench, repeats=rounds, precision="auto", recompute=4 / 3)],
         "06": [Run(sizes["06-warmup"], epochs=2, repeats=2), Run(sizes["06-truncation"], repeats=2)],
         "07": [], "A1": [],
     }
 
 
-def _dataset_rows(name: str, split_size: int | None) -> int:
-    """Rows a run sees: the subset size, or the whole split (IMDb's 25,000 when the profile says 'all')."""
-    whole = {"imdb": 25_000, "rotten_tomatoes": 8_530, "sst2": 67_349}
-    return split_size if split_size is not None else whole.get(name, 25_000)
+def _dataset_rows(name: str, split_size: int | None, evaluation: bool = False) -> int:
+    """Rows a run sees: the subset size, or the whole split (training, or the split evaluation uses)."""
+    whole = {"imdb": (25_000, 25_000), "rotten_tomatoes": (8_530, 1_066), "sst2": (67_349, 872)}
+    return split_size if split_size is not None else whole.get(name, (25_000, 25_000))[evaluation]
 
 
-def run_seconds(run: Run, num_params: int, card: Card, utilisation: float = UTILISATION) -> float:
+def run_seconds(run: Run, num_params: int, card: Card, utilisation: float | None = None) -> float:
     """FLOPs of one Run (training 6PT, evaluation 2PT, all repeats) over the card's effective throughput."""
     precision = run.precision or run.sizes.precision
-    rate = card.tflops(precision) * 1e12 * utilisation
+    rate = card.tflops(precision) * 1e12 * (card.utilisation if utilisation is None else utilisation)
+    evaluations = run.epochs if run.evaluations is None else run.evaluations  # train() evaluates every epoch
     train_tokens = _dataset_rows(run.sizes.dataset, run.sizes.train_size) * run.sizes.max_length * run.epochs
-    eval_tokens = _dataset_rows(run.sizes.dataset, run.sizes.eval_size) * run.sizes.max_length * run.evaluations
+    eval_tokens = (_dataset_rows(run.sizes.dataset, run.sizes.eval_size, evaluation=True) * run.sizes.max_length
+                   * evaluations)
     flops = 6 * num_params * train_tokens * run.recompute + 2 * num_params * eval_tokens
     return run.repeats * flops / rate
 
 
-def chapter_minutes(profile: Profile, num_params: int, card: Card, utilisation: float = UTILISATION
+def chapter_minutes(profile: Profile, num_params: int, card: Card, utilisation: float | None = None
                     ) -> dict[str, float]:
     """Estimated minutes per chapter: its fine-tunes' FLOPs plus the fixed overhead (intro table, setup cells)."""
     return {chapter: OVERHEAD_MINUTES + sum(run_seconds(r, num_params, card, utilisation) for r in runs) / 60
@@ -173,17 +211,19 @@ def chapter_minutes(profile: Profile, num_params: int, card: Card, utilisation: 
 
 def setup_line(chapter: str, profile: Profile, gpu_name: str | None = None) -> str:
     """The setup cell's sentence: this chapter's estimated minutes on this GPU (a T4 without one)."""
-    import torch
-
     from .estimate import parameter_count
     from .profile import get_profile
 
     if gpu_name is None and profile.device.startswith("cuda") and torch.cuda.is_available():
         gpu_name = torch.cuda.get_device_name(torch.device(profile.device))
     card = card_for(gpu_name)
+    if card is None:  # no GPU, or one without a datasheet entry here: the reference card
+        where = f"a {CARDS['T4'].name}" + (f" (no datasheet entry for {gpu_name})" if gpu_name else "")
+        card = CARDS["T4"]
+    else:
+        where = gpu_name
     if profile.name == "cpu":  # CPU-profile sizes say nothing about a GPU: estimate the GPU profile's defaults
         profile = get_profile("gpu", env={})
     minutes = chapter_minutes(profile, parameter_count(profile.model_id), card)[chapter]
-    where = gpu_name or f"a {card.name}"
     return (f"this chapter, {profile.name} profile: about {minutes:.0f} min on {where} (estimated from a "
-            f"FLOP count at {UTILISATION:.0%} of the datasheet peak, plus {OVERHEAD_MINUTES:.0f} min overhead)")
+            f"FLOP count at {card.utilisation:.0%} of the datasheet peak, plus {OVERHEAD_MINUTES:.0f} min overhead)")
