@@ -37,8 +37,9 @@ def story(rows: list[dict]) -> dict[str, tuple]:
     for r in rows[1:]:
         if "note" in r:
             continue
+        time = r["time ratio"]  # within ±10 % of the baseline is "about as fast": rounds alone vary that much
         out[r["variant"]] = ("less memory" if r["activations ratio"] < 1 else "more memory",
-                             "faster" if r["time ratio"] < 1 else "slower",
+                             "faster" if time < 0.9 else "slower" if time > 1.1 else "about as fast",
                              "within noise" if r.get("within noise", True) else "beyond noise")
     return out
 

@@ -100,3 +100,15 @@ def test_notebook_code_fits_the_page():
             for index, cell in enumerate(json.loads(path.read_text(encoding="utf-8"))["cells"])
             if cell["cell_type"] == "code" for line in "".join(cell["source"]).splitlines() if len(line) > 88]
     assert not wide, f"code lines wider than 88 columns (notebook, cell, width): {wide[:10]}"
+
+
+def test_no_cell_shows_a_stray_value_of_its_last_expression():
+    """An `Out[]` that is a bare number or glue's return value is noise on the page (glue returns None)."""
+    stray = []
+    for path in sorted(BOOK.glob("*.ipynb")):
+        for index, cell in enumerate(json.loads(path.read_text(encoding="utf-8"))["cells"]):
+            for output in cell.get("outputs", []):
+                plain = "".join(output.get("data", {}).get("text/plain", ""))
+                if output.get("output_type") == "execute_result" and re.fullmatch(r"[-+0-9.e]+", plain.strip()):
+                    stray.append((path.name, index, plain.strip()))
+    assert not stray, f"cells ending in an expression whose value is printed: {stray}"

@@ -98,3 +98,15 @@ def test_every_optimizer_step_records_its_compute_time(tiny_model, tiny_batches)
     times = [h["step_time_s"] for h in result.history]
     assert len(times) == 2 and all(t > 0 for t in times)
     assert sum(times) <= result.epochs[0]["train_time_s"]  # compute only: the epoch also loads data
+
+
+def test_the_progress_bar_ends_at_the_last_step(tiny_batches, capsys):
+    train(tiny_classifier_for_bar(), tiny_batches, TrainConfig(epochs=1, progress=True, accumulation_steps=2))
+    err = capsys.readouterr().err
+    assert "2/2" in err and "1/2 [" not in err.replace("\r", "\n").splitlines()[-1]
+
+
+def tiny_classifier_for_bar():
+    from bertmem.models import tiny_classifier
+
+    return tiny_classifier(seed=0)

@@ -134,16 +134,17 @@ def plot_step_timeline(report, ax=None, unit: float = 1024**3, unit_name: str = 
     return ax
 
 
-def glue(name: str, value: Any, markdown: bool = False) -> Any:
-    """Hand a computed value to the page's prose (myst-nb `glue`, shown nowhere else); returns the value (all).
+def glue(name: str, value: Any, markdown: bool = False) -> None:
+    """Hand a computed value to the page's prose (myst-nb `glue`, shown nowhere else) (all chapters).
 
-    Prose cites it as {glue:text}`name:.2f` (numbers) or {glue:md}`name` (markdown=True, sentences). Where
-    myst-nb is missing (Colab, a plain Jupyter) nothing is recorded: the value is still returned.
+    Prose cites it as {glue:text}`name:.2f` (numbers) or {glue:md}`name` (markdown=True, sentences). Nothing is
+    returned, so a cell ending in `glue(...)` shows no stray value. Where myst-nb is missing (Colab, a plain
+    Jupyter) nothing is recorded.
     """
     try:
         from myst_nb import glue as record
     except ImportError:
-        return value
+        return
     if getattr(value, "ndim", None) == 0 and hasattr(value, "item"):
         value = value.item()  # a NumPy or torch scalar: the page formats Python numbers only
     if markdown:
@@ -152,4 +153,3 @@ def glue(name: str, value: Any, markdown: bool = False) -> Any:
         record(name, Markdown(str(value)), display=False)
     else:
         record(name, value, display=False)
-    return value

@@ -270,10 +270,11 @@ def train(model: torch.nn.Module, train_loader: DataLoader, config: TrainConfig,
             rng = None
         boundary = dict(pos, epoch=epoch, micro_batches=done, step=step, seen=seen, splits=splits)
         boundary_rng = capture_rng() if config.checkpoint_dir else None
-        bar = progress_bar(windows(batches, config.accumulation_steps), f"epoch {epoch}/{config.epochs}",
-                           enabled=config.progress, total=steps_per_epoch, initial=done // config.accumulation_steps)
+        # counted by hand: a bar that wraps the iterator counts an item only when asked for the next one
+        bar = progress_bar(None, f"epoch {epoch}/{config.epochs}", enabled=config.progress, total=steps_per_epoch,
+                           initial=done // config.accumulation_steps)
         try:
-            for window in bar:
+            for window in windows(batches, config.accumulation_steps):
                 step_start = time.perf_counter()
                 loss, new_splits = backward_with_backoff(model, window, device, config.loss_weighting, splits,
                                                          config.oom_backoff, scale=amp.scale, autocast=amp.autocast)
@@ -298,6 +299,7 @@ def train(model: torch.nn.Module, train_loader: DataLoader, config: TrainConfig,
                 record["lr"] = scheduler.get_last_lr()[0]
                 result.history.append(record)
                 bar.set_postfix(loss=f"{loss:.3f}", refresh=False)  # shown at the next timed redraw
+                bar.update(1)
                 if config.checkpoint_dir:
                     boundary = dict(boundary, micro_batches=done, step=step, seen=seen, splits=splits,
                                     elapsed_s=before + time.perf_counter() - start)
@@ -306,6 +308,7 @@ def train(model: torch.nn.Module, train_loader: DataLoader, config: TrainConfig,
                         checkpoint(boundary, boundary_rng)
                 if step >= total:
                     break
+            bar.close()
             elapsed = before + time.perf_counter() - start
             record = {"epoch": epoch, "train_time_s": elapsed, "examples": seen, "examples_per_s": seen / elapsed}
             if eval_loader is not None:  # interrupted here: the resumed run skips the trained batches, evaluates
