@@ -211,11 +211,12 @@ def chapter_minutes(profile: Profile, num_params: int, card: Card, utilisation: 
 
 def setup_line(chapter: str, profile: Profile, gpu_name: str | None = None) -> str:
     """The setup cell's sentence: this chapter's estimated minutes on this GPU (a T4 without one)."""
+    from .devices import device_capability, device_name
     from .estimate import parameter_count
     from .profile import get_profile
 
-    if gpu_name is None and profile.device.startswith("cuda") and torch.cuda.is_available():
-        gpu_name = torch.cuda.get_device_name(torch.device(profile.device))
+    if gpu_name is None and profile.device.startswith("cuda") and device_capability(profile.device) is not None:
+        gpu_name = device_name(torch.device(profile.device))  # CUDA-only calls live in bertmem.devices
     card = card_for(gpu_name)
     if card is None:  # no GPU, or one without a datasheet entry here: the reference card
         where = f"a {CARDS['T4'].name}" + (f" (no datasheet entry for {gpu_name})" if gpu_name else "")
