@@ -55,6 +55,30 @@ def test_storage_deduplication_counts_each_storage_once():
     assert report.optimizer_state == 0
 
 
+def test_tally_counts_a_reused_address_twice_when_allocations_differ():
+    from bertmem.memory import SavedTensorTally
+
+    first = torch.zeros(4)
+    serials = iter([1, 2])
+    by_allocation = SavedTensorTally(allocation_id=lambda tensor: next(serials))
+    by_address = SavedTensorTally()
+    for tally in (by_allocation, by_address):
+        tally.add(first)
+        tally.add(first[:2])  # same storage: with another allocation id it counts as another tensor
+    assert by_address.total == 16 and by_allocation.total == 32
+
+
+def test_tally_excludes_weights_by_address_and_counts_an_allocation_once():
+    from bertmem.memory import SavedTensorTally
+
+    weight = torch.zeros(3)
+    tally = SavedTensorTally(exclude={weight.untyped_storage()._cdata}, allocation_id=lambda tensor: 7)
+    tally.add(weight)  # excluded by address whatever its allocation id
+    tally.add(torch.zeros(2))
+    tally.add(torch.zeros(5))  # same allocation id: counted once
+    assert tally.total == 8
+
+
 def tiny(layers=2, hidden=32, heads=4, dropout=0.1, positions=128):
     return tiny_bert_config(num_hidden_layers=layers, hidden_size=hidden, num_attention_heads=heads,
                             intermediate_size=4 * hidden, attention_probs_dropout_prob=dropout,

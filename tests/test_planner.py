@@ -77,8 +77,10 @@ def test_cli_plan_errors_are_one_line_with_exit_2(capsys, extra, message):
     assert stop.value.code == 2 and message in err and len(err.strip().splitlines()) == 1
 
 
+# bf16 + eager was 8-21 % off while the measured batch had no padding (transformers then skips the mask)
 @pytest.mark.parametrize("precision, attention, checkpointing", [("fp32", "eager", False), ("bf16", "sdpa", False),
-                                                                 ("fp32", "sdpa", True)])
+                                                                 ("fp32", "sdpa", True), ("bf16", "eager", False),
+                                                                 ("bf16", "eager", True)])
 def test_planner_agrees_with_a_real_cpu_step(precision, attention, checkpointing):
     config = tiny_bert_config(vocab_size=2000, hidden_size=128, num_hidden_layers=3, num_attention_heads=4,
                               intermediate_size=512, attention_probs_dropout_prob=0.1)

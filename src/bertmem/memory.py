@@ -71,19 +71,30 @@ def storage_bytes(tensor: torch.Tensor) -> int:
 
 
 class SavedTensorTally:
-    """Counts bytes saved for backward, each storage once, skipping storages in `exclude` (chapter 1)."""
+    """Counts bytes saved for backward, each storage once, skipping storages in `exclude` (chapter 1).
 
-    def __init__(self, exclude: set[int] | None = None):
+    Storages are told apart by address, unless `allocation_id` names the allocation behind a tensor:
+    a freed storage's address can be reused by a later one (checkpointing frees saved tensors, autocast
+    casts are temporaries), and keyed by address the second would wrongly count as already seen.
+    """
+
+    def __init__(self, exclude: set[int] | None = None,
+                 allocation_id: Callable[[torch.Tensor], int | None] | None = None):
         self.exclude = set(exclude or ())
-        self.seen: dict[int, int] = {}
+        self.seen: dict[Any, int] = {}
+        self.allocation_id = allocation_id
         self.on_save: Callable[[torch.Tensor], None] | None = None  # also told of every saved tensor
 
     def add(self, tensor: torch.Tensor) -> None:
         """Record one tensor (no-op for excluded or already seen storages)."""
         if not isinstance(tensor, torch.Tensor) or tensor.layout != torch.strided:
             return
-        key = storage_key(tensor)
-        if key not in self.exclude and key not in self.seen:
+        address = storage_key(tensor)
+        if address in self.exclude:
+            return
+        serial = self.allocation_id(tensor) if self.allocation_id is not None else None
+        key = ("address", address) if serial is None else ("allocation", serial)
+        if key not in self.seen:
             self.seen[key] = storage_bytes(tensor)
 
     @property
@@ -155,15 +166,15 @@ def measure_step_memory(model: nn.Module, batch: dict[str, torch.Tensor],
     device = params[0].device
     batch = move_to(batch, device)  # the batch follows the model, before the step's memory is recorded
     weights = _unique_tensors(params + list(model.buffers()))
-    tally = SavedTensorTally(exclude=set(weights))
     cuda = device.type == "cuda" and not _is_fake(params[0])
     if cuda:
         synchronize(device)
         reset_peak_memory(device)
-    handles = _checkpointed_layer_inputs(model, tally)
     state = _optimizer_tensors(optimizer)
     alive = [*weights.values(), *batch.values(), *(p.grad for p in params if p.grad is not None), *state]
     with record_timeline(alive) as timeline:
+        tally = SavedTensorTally(exclude=set(weights), allocation_id=timeline.serial)
+        handles = _checkpointed_layer_inputs(model, tally)
         tally.on_save = lambda tensor: timeline.mark([tensor], "saved activations")
         timeline.start_phase("forward")
         try:

@@ -185,7 +185,11 @@ def planner_vs_measured(config_or_model_id, model, batch_size: int, seq_len: int
     generator = torch.Generator().manual_seed(0)
     vocab = model.config.vocab_size
     ids = torch.randint(5, vocab, (batch_size, seq_len), generator=generator)
-    batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "token_type_ids": torch.zeros_like(ids),
+    # A padded row, as in real batches: with an all-ones mask transformers skips building the attention
+    # mask (a data-dependent shortcut the planner, which cannot see values, never takes).
+    mask = torch.ones_like(ids)
+    mask[0, seq_len // 2:] = 0
+    batch = {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids),
              "labels": torch.randint(0, model.config.num_labels, (batch_size,), generator=generator)}
     measured = measure_step_memory(model, batch, torch.optim.AdamW(model.parameters(), foreach=False), precision)
     return {"batch × seq": f"{batch_size} × {seq_len}", "precision": precision, "attention": attention,
