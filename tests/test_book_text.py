@@ -112,3 +112,29 @@ def test_no_cell_shows_a_stray_value_of_its_last_expression():
                 if output.get("output_type") == "execute_result" and re.fullmatch(r"[-+0-9.e]+", plain.strip()):
                     stray.append((path.name, index, plain.strip()))
     assert not stray, f"cells ending in an expression whose value is printed: {stray}"
+
+
+def included_objects() -> list[tuple[str, str, str]]:
+    """(page, source file, object) for every `literalinclude` with `:pyobject:` on a page."""
+    found = []
+    for path in sorted(BOOK.glob("*.ipynb")):
+        for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]:
+            text = "".join(cell["source"])
+            for source, obj in re.findall(r"```\{literalinclude\} (\S+)\n(?::\w+: .*\n)*?:pyobject: (\w+)", text):
+                found.append((path.name, source, obj))
+    return found
+
+
+def test_code_the_pages_include_fits_the_page():
+    """Package code shown on a page (literalinclude) is 88 columns wide at most, like the notebooks' code."""
+    import ast
+
+    found = included_objects()
+    assert ("00_baseline.ipynb", "../src/bertmem/baseline.py", "train_baseline") in found
+    wide = []
+    for page, source, obj in found:
+        text = (BOOK / source).read_text(encoding="utf-8")
+        node = next(n for n in ast.walk(ast.parse(text)) if getattr(n, "name", None) == obj)
+        lines = text.splitlines()[node.lineno - 1 - len(node.decorator_list):node.end_lineno]
+        wide += [(page, obj, len(line)) for line in lines if len(line) > 88]
+    assert not wide, f"included code wider than 88 columns (page, object, width): {wide}"

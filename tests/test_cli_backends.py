@@ -1,5 +1,6 @@
 """Chapter 5: the command line, the three backends, two processes under `accelerate launch`, the benchmark."""
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -39,7 +40,7 @@ def test_cli_train_writes_metrics_config_plot_and_model(tmp_path, reviews_csv, c
     assert metrics["eval_examples"] == 24 and len(metrics["history"]) == 4  # 64 / (8 × 2)
     assert 0 <= metrics["final"]["accuracy"] <= 1
     config = json.loads((out / "config.json").read_text())
-    assert config["train"]["accumulation_steps"] == 2 and config["run"]["text_column"] == "review"
+    assert config["train"]["accumulation_steps"] == 2 and config["data"]["text_column"] == "review"
     assert (out / "loss.png").stat().st_size > 1000 and (out / "model" / "config.json").is_file()
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["output_dir"] == str(out)
 
@@ -59,7 +60,7 @@ def test_cli_bad_arguments_exit_2_with_a_message(tmp_path, reviews_csv, capsys, 
 def test_cli_rejects_a_one_example_subset(capsys):
     with pytest.raises(SystemExit):
         main(["train", "--train-size", "1", "--output-dir", "x"])
-    assert "at least 2" in capsys.readouterr().err
+    assert "train_size must be >= 2" in capsys.readouterr().err
 
 
 def test_cli_resume_continues_an_interrupted_run(tmp_path, reviews_csv):
@@ -163,13 +164,15 @@ def test_bench_runs_every_variant_and_writes_tables(tmp_path, plain_csv):
 
 def test_bench_variants_add_one_idea_each():
     bench = BenchConfig(model="m", effective_batch=32)
-    base_run, base = variant_settings(bench, "fp32 baseline")
-    acc_run, acc = variant_settings(bench, "accumulation ×4")
-    full_run, full = variant_settings(bench, "full recipe")
-    assert (base_run.batch_size, base.accumulation_steps) == (32, 1)
-    assert (acc_run.batch_size, acc.accumulation_steps) == (8, 4) and acc.precision == "fp32"
-    assert base_run.pad_to_max_length and base_run.attention == "eager" and base.layerwise_decay is None
-    assert full_run.group_by_length and full_run.attention == "sdpa" and full.warmup_ratio == 0.1
+    base_run, base_data, base = variant_settings(bench, "fp32 baseline")
+    _, acc_data, acc = variant_settings(bench, "accumulation ×4")
+    _, mixed_data, mixed = variant_settings(bench, "mixed precision + accumulation")
+    full_run, full_data, full = variant_settings(bench, "full recipe")
+    assert (base_data.batch_size, base.accumulation_steps) == (32, 1)
+    assert (acc_data.batch_size, acc.accumulation_steps) == (8, 4) and acc.precision == "fp32"
+    assert base_data.pad_to_max_length and base_run.attention == "eager" and base.layerwise_decay is None
+    assert dataclasses.replace(acc, precision="auto") == mixed and mixed_data == acc_data  # one idea: precision
+    assert full_data.group_by_length and full_run.attention == "sdpa" and full.warmup_ratio == 0.1
     assert full.layerwise_decay == 0.95 and full.precision == "auto"
     with pytest.raises(ValueError, match="multiple"):
         BenchConfig(model="m", effective_batch=30, accumulation=4)
@@ -268,7 +271,7 @@ def test_bench_marks_a_variant_that_does_not_fit_and_keeps_the_rest(plain_csv):
     from bertmem.planner import PlanRequest
 
     variants = ("fp32 baseline", "accumulation ×4", "full recipe")
-    model, _ = build_model(RunConfig(model="tiny-bert", max_length=32), ["neg", "pos"])
+    model, _ = build_model(RunConfig(model="tiny-bert"), ["neg", "pos"], max_length=32)
 
     def needed(batch, attention, precision):
         peak = estimate_step_memory(model.config, batch, 32, precision=precision, attention=attention,

@@ -15,7 +15,8 @@ from torch.utils.data import DataLoader
 
 from bertmem.bench import BenchConfig, run_variant
 from bertmem.devices import model_device
-from bertmem.experiment import RunConfig, load_frames, predict_texts
+from bertmem.experiment import predict_texts
+from bertmem.loaders import DataConfig, load_frames
 from bertmem.faults import interrupt_after
 from bertmem.memory import measure_step_memory
 from bertmem.models import load_tokenizer, tiny_classifier
@@ -119,7 +120,7 @@ def test_a_bench_variant_follows_the_model(tmp_path):
     pd.DataFrame(rows, columns=["text", "label"]).to_csv(path, index=False)
     bench = BenchConfig(model="tiny-bert", dataset=str(path), train_size=24, eval_size=8, max_length=16,
                         effective_batch=8, learning_rate=1e-3, progress=False, device=str(DEVICE))
-    frames = load_frames(RunConfig(model="tiny-bert", dataset=str(path), train_size=24, eval_size=8), seed=0)
+    frames = load_frames(DataConfig(dataset=str(path), train_size=24, eval_size=8))
     with SecondDevice():
         row = run_variant(bench, "full recipe", frames, peak_tflops=None)
     assert row["activations (MiB)"] > 0 and 0 <= row["accuracy"] <= 1

@@ -16,7 +16,8 @@ from torch.utils.data import DataLoader
 from bertmem.checkpoint import CHECKPOINT_NAME, CheckpointError, load_checkpoint
 from bertmem.cli import main
 from bertmem.data import load_text_classification
-from bertmem.experiment import RunConfig, load_frames, run_experiment
+from bertmem.experiment import RunConfig, run_experiment
+from bertmem.loaders import DataConfig, load_frames
 from bertmem.faults import interrupt_after
 from bertmem.interrupts import TrainingInterrupted, sigterm_interrupts
 from bertmem.models import tiny_classifier
@@ -48,9 +49,9 @@ def exit_message(capsys, argv) -> tuple[int, str]:
 
 def test_eval_labels_are_encoded_with_the_training_mapping(tmp_path, three_class_csv):
     eval_csv = write_csv(tmp_path / "eval.csv", [(f"later review {i}", ["neutral", "pos"][i % 2]) for i in range(10)])
-    run = RunConfig(dataset=str(three_class_csv), eval_dataset=str(eval_csv), text_column="review",
-                    label_column="sentiment", train_size=30, eval_size=None)
-    train_frame, eval_frame = load_frames(run)
+    data = DataConfig(dataset=str(three_class_csv), eval_dataset=str(eval_csv), text_column="review",
+                      label_column="sentiment", train_size=30, eval_size=None)
+    train_frame, eval_frame = load_frames(data)
     assert train_frame.attrs["label_names"] == eval_frame.attrs["label_names"] == ["neg", "neutral", "pos"]
     expected = {"neutral": 1, "pos": 2}
     raw = pd.read_csv(eval_csv).set_index("review")["sentiment"]
@@ -164,10 +165,11 @@ def test_damaged_and_foreign_checkpoints_are_one_line_errors(tmp_path):
 # 4. The seed repeats a run with the real model ---------------------------------------------------------
 
 def test_same_seed_same_metrics_with_the_real_minilm(reviews_csv):
-    run = RunConfig(model=MINILM_ID, dataset=str(reviews_csv), text_column="review", label_column="sentiment",
-                    train_size=16, eval_size=8, max_length=24, batch_size=8)
+    run = RunConfig(model=MINILM_ID)
+    data = DataConfig(dataset=str(reviews_csv), text_column="review", label_column="sentiment",
+                      train_size=16, eval_size=8, max_length=24, batch_size=8)
     config = TrainConfig(learning_rate=1e-4, seed=3, max_steps=2, progress=False)
-    first, second = run_experiment(run, config), run_experiment(run, config)
+    first, second = run_experiment(run, data, config), run_experiment(run, data, config)
     untimed = [[{k: v for k, v in h.items() if k != "step_time_s"} for h in r["history"]] for r in (first, second)]
     assert untimed[0] == untimed[1] and first["final"]["eval_loss"] == second["final"]["eval_loss"]
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import math
 import time
 
 import torch
 
+from .accumulation import optimizer_steps
 from .precision import choose_precision
 from .profile import progress as progress_bar
 from .train import TrainConfig, TrainResult, evaluate, make_optimizer_and_scheduler
@@ -55,7 +55,7 @@ def shard_with_fsdp2(model: torch.nn.Module) -> torch.nn.Module:
     """FSDP2 by hand: `fully_shard` every encoder layer, then the rest of the model (chapter 7, CPU processes)."""
     from torch.distributed.fsdp import fully_shard
 
-    from .llrd import find_encoder_layers
+    from .models import find_encoder_layers
 
     for layer in find_encoder_layers(model)[1]:
         fully_shard(layer)
@@ -82,9 +82,8 @@ def train_with_accelerate(model: torch.nn.Module, train_loader, config: TrainCon
         from .models import enable_gradient_checkpointing
 
         enable_gradient_checkpointing(model)
-    steps_per_epoch = math.ceil(math.ceil(len(train_loader) / accelerator.num_processes) / config.accumulation_steps)
-    total = config.epochs * steps_per_epoch
-    total = min(total, config.max_steps) if config.max_steps else total
+    _, total = optimizer_steps(len(train_loader), config.accumulation_steps, config.epochs, config.max_steps,
+                               processes=accelerator.num_processes)
     if fsdp_requested_on_cpu(accelerator):  # shard ourselves; Accelerate would wrap the model in DDP
         model = shard_with_fsdp2(model)
         optimizer, scheduler = make_optimizer_and_scheduler(model, config, total)

@@ -42,11 +42,26 @@ class AccumulationPlan:
     @property
     def optimizer_steps_per_epoch(self) -> int:
         """Optimizer (and scheduler) steps per epoch; a short last window still makes one step."""
-        return math.ceil(self.micro_batches_per_epoch / self.accumulation_steps)
+        return optimizer_steps(self.micro_batches_per_epoch, self.accumulation_steps)[0]
 
     def warmup_steps(self, epochs: int, warmup_ratio: float = 0.1) -> int:
         """Warmup length in optimizer steps (not micro-batches) for a run of `epochs`."""
         return math.ceil(warmup_ratio * epochs * self.optimizer_steps_per_epoch)
+
+
+def optimizer_steps(micro_batches: int, accumulation_steps: int, epochs: int = 1, max_steps: int | None = None,
+                    processes: int = 1) -> tuple[int, int]:
+    """Optimizer steps per epoch and in all, for every loop of the book (chapters 2, 5 and 7).
+
+    Each of `processes` data-parallel copies sees every processes-th micro-batch; a short last window still
+    makes a step; `max_steps` caps the total (the scheduler's length).
+    """
+    if min(micro_batches, accumulation_steps, epochs, processes) < 1:
+        raise ValueError("micro_batches, accumulation_steps, epochs and processes must be >= 1, got "
+                         f"{micro_batches}, {accumulation_steps}, {epochs} and {processes}")
+    per_epoch = math.ceil(math.ceil(micro_batches / processes) / accumulation_steps)
+    total = epochs * per_epoch
+    return per_epoch, min(total, max_steps) if max_steps else total
 
 
 def plan_for(target_batch: int, fits: int, dataset_size: int) -> AccumulationPlan:
@@ -72,7 +87,7 @@ def split_batch(batch: dict[str, torch.Tensor], sizes: list[int]) -> list[dict[s
 
 
 def windows(loader: Iterable, accumulation_steps: int) -> Iterator[list]:
-    """Group micro-batches into optimizer-step windows; the last one of an epoch may be shorter (chapter 2)."""
+    """Micro-batches in windows of one optimizer step; the last may be short (ch. 2)."""
     if accumulation_steps < 1:
         raise ValueError(f"accumulation_steps must be >= 1, got {accumulation_steps}")
     window: list = []
@@ -119,20 +134,21 @@ def check_dataset_fits(dataset_size: int, effective_batch: int) -> None:
                       "Lower accumulation_steps or the micro-batch size.", stacklevel=3)
 
 
-def backward_window(model: torch.nn.Module, window: list, device: torch.device | str | None = None,
+def backward_window(model: torch.nn.Module, window: list,
+                    device: torch.device | str | None = None,
                     weighting: str = "examples", scale=None, autocast=None) -> float:
-    """Backward every micro-batch of a window, each loss weighted by its share; return the window's loss (ch. 2).
+    """Backward each micro-batch, its loss weighted by its share; the loss (ch. 2).
 
-    The micro-batches go to `device`, by default the model's. `autocast` (optional) returns the context for the
-    forward pass and `scale` wraps each weighted loss
-    before backward, e.g. `MixedPrecision.autocast` and `MixedPrecision.scale` (chapter 3).
+    The micro-batches go to `device`, by default the model's. `autocast` (optional)
+    returns the context for the forward pass and `scale` wraps each weighted loss
+    before backward, e.g. `MixedPrecision.autocast` and `.scale` (chapter 3).
     """
     device = resolve_device(model, device)
     weights = loss_weights(window, weighting)
     total = 0.0
     for j, (micro, weight) in enumerate(zip(window, weights)):
         micro = move_to(micro, device)
-        with sync_context(model, last=j == len(window) - 1):
+        with sync_context(model, last=j == len(window) - 1):  # DDP: sync once
             with autocast() if autocast is not None else contextlib.nullcontext():
                 loss = model(**micro).loss.float() * weight
             (scale(loss) if scale is not None else loss).backward()
@@ -153,28 +169,40 @@ def is_out_of_memory(err: BaseException) -> bool:
     return isinstance(err, torch.OutOfMemoryError) or "out of memory" in str(err).lower()
 
 
-def backward_with_backoff(model: torch.nn.Module, window: list, device: torch.device | str, weighting: str,
-                          splits: int, backoff: bool, scale=None, autocast=None) -> tuple[float, int]:
-    """`backward_window`, cutting each micro-batch into 2×, 4×, … pieces after an out-of-memory error.
+def backward_with_backoff(model: torch.nn.Module, window: list,
+                          device: torch.device | str, weighting: str, splits: int,
+                          backoff: bool, scale=None,
+                          autocast=None) -> tuple[float, int]:
+    """`backward_window`, cutting micro-batches in 2, 4, … on out-of-memory (ch. 5).
 
-    Halving the micro-batch and doubling the accumulation keeps the effective batch (and, with the loss
-    weights of chapter 2, the gradient). Returns the window's loss and the number of pieces now in use.
+    Halving the micro-batch and doubling the accumulation keeps the effective batch
+    (and, with the loss weights of chapter 2, the gradient). Returns the window's loss
+    and the number of pieces now in use.
     """
     while True:
-        pieces = window if splits == 1 else [p for micro in window for p in split_evenly(micro, splits)]
+        pieces = window
+        if splits > 1:
+            pieces = [p for micro in window for p in split_evenly(micro, splits)]
         try:
-            return backward_window(model, pieces, device, weighting, scale=scale, autocast=autocast), splits
+            loss = backward_window(model, pieces, device, weighting, scale=scale,
+                                   autocast=autocast)
+            return loss, splits
         except (torch.OutOfMemoryError, RuntimeError) as err:
             if not (backoff and is_out_of_memory(err)):
                 raise
             smallest = min(len(micro["labels"]) for micro in window)
             if splits >= smallest:
-                raise RuntimeError(f"out of memory even with micro-batches of one example ({err}); shorten "
-                                   "max_length, enable gradient checkpointing or use a smaller model") from err
-            model.zero_grad(set_to_none=True)  # drop the partial window; it is recomputed in smaller pieces
+                raise RuntimeError(
+                    f"out of memory even with micro-batches of one example ({err}); "
+                    "shorten max_length, enable gradient checkpointing or use a "
+                    "smaller model") from err
+            model.zero_grad(set_to_none=True)  # drop the partial window; redo it
             empty_cache(device)
             largest = max(len(micro["labels"]) for micro in window)
             splits *= 2
-            warnings.warn(f"out of memory with micro-batches of {-(-largest * 2 // splits)} examples: retrying "
-                          f"with {-(-largest // splits)} per micro-batch and {splits}× the accumulation steps "
-                          f"(effective batch unchanged: {sum(len(m['labels']) for m in window)})", stacklevel=2)
+            examples = sum(len(m["labels"]) for m in window)
+            warnings.warn(
+                f"out of memory with micro-batches of {-(-largest * 2 // splits)} "
+                f"examples: retrying with {-(-largest // splits)} per micro-batch and "
+                f"{splits}× the accumulation steps (effective batch unchanged: "
+                f"{examples})", stacklevel=2)

@@ -67,3 +67,9 @@ def padding_share(lengths: Sequence[int], batches: Sequence[Sequence[int]], pad_
     if padded == 0:
         raise ValueError("no batches given")
     return 1 - real / padded
+
+
+def dataset_size(loader) -> int:
+    """Examples in a loader (chapters 0 and 2): len(dataset) for a DataLoader, else the labels of a list of batches."""
+    dataset = getattr(loader, "dataset", None)
+    return len(dataset) if dataset is not None else sum(len(b["labels"]) for b in loader)

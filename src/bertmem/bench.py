@@ -5,16 +5,18 @@ from __future__ import annotations
 import dataclasses
 import json
 import statistics
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from .experiment import RunConfig, build_model, environment_info, load_frames
+from .experiment import RunConfig, build_model, environment_info
+from .loaders import DataConfig, build_loaders, load_frames, size_arg
 from .memory import measure_step_memory
 from .stats import compare_accuracies, step_timing, summarize
 from .workload import matmul_tflops, model_flops_utilisation
+from .profile import MINILM_ID, Profile
 from .train import TrainConfig
 
 VARIANTS = ("fp32 baseline", "accumulation ×4", "mixed precision + accumulation", "full recipe",
@@ -27,25 +29,31 @@ SEED_TABLE = [  # the seed article's table (IMDb, RTX 3090), as printed there: n
 ]
 
 
-@dataclass
+@dataclass(frozen=True)
 class BenchConfig:
-    """Data, model and effective batch shared by every variant (chapter 5)."""
+    """What every variant shares: model, data, effective batch, seeds (chapter 5, `bertmem bench`)."""
 
-    model: str
-    dataset: str = "imdb"
-    train_size: int | None = 1000
-    eval_size: int | None = 500
-    max_length: int = 256
-    effective_batch: int = 16
-    accumulation: int = 4  # of the accumulation variants: micro-batch = effective_batch / accumulation
-    learning_rate: float = 1e-4
-    layerwise_decay: float = 0.95
-    epochs: int = 1
-    seed: int = 0  # picks the data subset: every seed and variant sees the same examples
-    seeds: tuple[int, ...] = (0,)  # one round of all variants per seed (initialisation, order, dropout)
-    device: str = "cpu"
+    model: str = field(default=MINILM_ID, metadata={"help": "Hub id, local model folder, or 'tiny-bert'"})
+    dataset: str = field(default="imdb", metadata={"help": "imdb, rotten_tomatoes, sst2, a Hub id or a file"})
+    train_size: int | None = field(default=1000, metadata={"help": "training examples, or 'all'",
+                                                            "parse": size_arg})
+    eval_size: int | None = field(default=500, metadata={"help": "evaluation examples, or 'all'",
+                                                          "parse": size_arg})
+    max_length: int = field(default=256, metadata={"help": "tokens per example"})
+    effective_batch: int = field(default=16, metadata={"help": "examples per optimizer step in every variant"})
+    accumulation: int = field(default=4, metadata={
+        "help": "accumulation steps of the accumulating variants (micro-batch = effective batch / this)"})
+    learning_rate: float = field(default=1e-4, metadata={"help": "peak learning rate", "flag": "--lr"})
+    layerwise_decay: float = field(default=0.95, metadata={"help": "LLRD factor of the full recipe"})
+    epochs: int = field(default=1, metadata={"help": "passes over the training data"})
+    seed: int = field(default=0, metadata={
+        "help": "picks the data subset: every seed and variant sees the same examples", "flag": "--data-seed"})
+    seeds: tuple[int, ...] = field(default=(0,), metadata={
+        "help": "training seeds, e.g. 0 1 2: one round of every variant per seed (accuracy mean ± std)",
+        "parse": int, "nargs": "+"})
+    device: str = field(default="cpu", metadata={"help": "cpu or cuda"})
     variants: tuple[str, ...] = VARIANTS
-    progress: bool = True
+    progress: bool = field(default=True, metadata={"help": "show progress bars"})
     memory_bytes: int | None = None  # budget per variant; None: the CUDA device's free memory (no limit on CPU)
 
     def __post_init__(self) -> None:
@@ -58,21 +66,47 @@ class BenchConfig:
         if unknown:
             raise ValueError(f"unknown variant(s) {unknown}: choose from {VARIANTS}")
 
+    @classmethod
+    def from_profile(cls, profile: Profile, **overrides) -> "BenchConfig":
+        """The profile's model, data, effective batch, learning rate and device; seeds 0, 1, 2."""
+        values = dict(model=profile.model_id, dataset=profile.dataset, train_size=profile.train_size,
+                      eval_size=profile.eval_size, max_length=profile.max_length,
+                      effective_batch=profile.effective_batch, learning_rate=profile.learning_rate,
+                      epochs=profile.epochs, device=profile.device, seeds=(0, 1, 2))
+        return cls(**{**values, **overrides})
 
-def variant_settings(bench: BenchConfig, variant: str, seed: int | None = None) -> tuple[RunConfig, TrainConfig]:
-    """The run and recipe of one variant (training seed: `seed`, default the first); each adds one idea (ch. 5)."""
-    full = variant.startswith("full")
-    micro = bench.effective_batch if variant == "fp32 baseline" else bench.effective_batch // bench.accumulation
-    run = RunConfig(model=bench.model, dataset=bench.dataset, train_size=bench.train_size, eval_size=bench.eval_size,
-                    max_length=bench.max_length, batch_size=micro, group_by_length=full, pad_to_max_length=not full,
-                    attention="sdpa" if full else "eager")
+
+Settings = tuple[RunConfig, DataConfig, TrainConfig]
+
+
+def variant_settings(bench: BenchConfig, variant: str, seed: int | None = None) -> Settings:
+    """The run, data and recipe of one variant: each is the one before plus one idea (chapter 5).
+
+    Training seed: `seed`, by default the first of `bench.seeds`.
+    """
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown variant {variant!r}: choose from {VARIANTS}")
     seed = bench.seeds[0] if seed is None else seed
-    train = TrainConfig(epochs=bench.epochs, learning_rate=bench.learning_rate, seed=seed, device=bench.device,
-                        accumulation_steps=bench.effective_batch // micro, progress=bench.progress,
-                        precision="fp32" if variant in VARIANTS[:2] else "auto",
-                        warmup_ratio=0.1 if full else 0.0, layerwise_decay=bench.layerwise_decay if full else None,
-                        gradient_checkpointing=variant == "full + gradient checkpointing")
-    return run, train
+    run = RunConfig(model=bench.model, attention="eager")
+    data = DataConfig(dataset=bench.dataset, train_size=bench.train_size, eval_size=bench.eval_size,
+                      max_length=bench.max_length, batch_size=bench.effective_batch, group_by_length=False,
+                      pad_to_max_length=True, data_seed=bench.seed)
+    recipe = TrainConfig(epochs=bench.epochs, learning_rate=bench.learning_rate, seed=seed, device=bench.device,
+                         progress=bench.progress, warmup_ratio=0.0)
+    steps = {  # what each variant changes, in order: (run, data, recipe) overrides
+        "accumulation ×4": ({}, {"batch_size": bench.effective_batch // bench.accumulation},
+                            {"accumulation_steps": bench.accumulation}),
+        "mixed precision + accumulation": ({}, {}, {"precision": "auto"}),
+        "full recipe": ({"attention": "sdpa"}, {"group_by_length": True, "pad_to_max_length": False},
+                        {"warmup_ratio": 0.1, "layerwise_decay": bench.layerwise_decay}),
+        "full + gradient checkpointing": ({}, {}, {"gradient_checkpointing": True}),
+    }
+    for name in VARIANTS[1:VARIANTS.index(variant) + 1]:
+        run_change, data_change, recipe_change = steps[name]
+        run = dataclasses.replace(run, **run_change)
+        data = dataclasses.replace(data, **data_change)
+        recipe = dataclasses.replace(recipe, **recipe_change)
+    return run, data, recipe
 
 
 def widest_batch(loader) -> dict[str, torch.Tensor]:
@@ -80,13 +114,14 @@ def widest_batch(loader) -> dict[str, torch.Tensor]:
     return max(loader, key=lambda b: b["input_ids"].numel())
 
 
-def fit_check(bench: BenchConfig, model, run: RunConfig, config: TrainConfig, precision: str) -> str | None:
+def fit_check(bench: BenchConfig, model, run: RunConfig, data: DataConfig, config: TrainConfig,
+              precision: str) -> str | None:
     """'does not fit (estimated X GB > Y GB)' when the variant's estimated peak exceeds the budget, else None."""
     from .estimate import estimate_step_memory
     from .planner import PlanRequest
 
     kernels = "cuda" if config.device.startswith("cuda") else "cpu"
-    request = PlanRequest(model=run.model, max_length=run.max_length, kernels=kernels)
+    request = PlanRequest(model=run.model, max_length=data.max_length, kernels=kernels)
     budget = bench.memory_bytes
     if budget is None:
         from .devices import cuda_free_bytes
@@ -96,7 +131,7 @@ def fit_check(bench: BenchConfig, model, run: RunConfig, config: TrainConfig, pr
         request = dataclasses.replace(request, cuda_context_bytes=0)
     if budget is None:
         return None
-    peak = estimate_step_memory(model.config, run.batch_size, run.max_length, precision=precision,
+    peak = estimate_step_memory(model.config, data.batch_size, data.max_length, precision=precision,
                                 attention=run.attention, gradient_checkpointing=config.gradient_checkpointing,
                                 device=kernels).step_peak
     needed = request.needed_bytes(peak)
@@ -113,24 +148,19 @@ def run_variant(bench: BenchConfig, variant: str, frames, peak_tflops: dict[str,
     `peak_tflops`: the measured matmul peak per precision, so MFU divides by the precision actually used.
     The row keeps the step times after a warm-up (`step_times_s`) for the median across rounds.
     """
-    from .data import make_loader, tokenize_frame
     from .models import enable_gradient_checkpointing
     from .precision import choose_precision
     from .train import train
 
-    run, config = variant_settings(bench, variant, seed)
+    run, data, config = variant_settings(bench, variant, seed)
     train_frame, eval_frame = frames
-    model, tokenizer = build_model(run, train_frame.attrs["label_names"])
-    pad = run.max_length if run.pad_to_max_length else None
-    loader = make_loader(tokenize_frame(train_frame, tokenizer, run.max_length), tokenizer, run.batch_size,
-                         shuffle=True, seed=config.seed, group_by_length=run.group_by_length, pad_to_max_length=pad)
-    eval_loader = make_loader(tokenize_frame(eval_frame, tokenizer, run.max_length), tokenizer, 32,
-                              group_by_length=True)
+    model, tokenizer = build_model(run, train_frame.attrs["label_names"], data.max_length)
+    loader, eval_loader = build_loaders(data, tokenizer, frames, seed=config.seed)
     precision = choose_precision(config.precision, torch.device(config.device).type, verbose=False).precision
-    row = {"variant": variant, "micro-batch": run.batch_size, "accumulation": config.accumulation_steps,
+    row = {"variant": variant, "micro-batch": data.batch_size, "accumulation": config.accumulation_steps,
            "precision": precision, "attention": run.attention,
-           "padding": "dynamic, length-grouped" if run.group_by_length else f"to {run.max_length}"}
-    verdict = fit_check(bench, model, run, config, precision)  # before the model takes memory on the device
+           "padding": "dynamic, length-grouped" if data.group_by_length else f"to {data.max_length}"}
+    verdict = fit_check(bench, model, run, data, config, precision)  # before the model takes memory on the device
     if verdict is not None:
         return {**row, "accuracy": float("nan"), "note": verdict}
     model.to(config.device).train()
@@ -235,7 +265,7 @@ def precisions_used(bench: BenchConfig) -> list[str]:
     from .precision import choose_precision
 
     device = torch.device(bench.device).type
-    return sorted({choose_precision(variant_settings(bench, v)[1].precision, device, verbose=False).precision
+    return sorted({choose_precision(variant_settings(bench, v)[2].precision, device, verbose=False).precision
                    for v in bench.variants})
 
 
@@ -245,8 +275,7 @@ def run_bench(bench: BenchConfig) -> dict[str, Any]:
     Interleaving puts a slow spell of a shared machine on every variant alike instead of on whichever ran then
     (odd rounds run the variants in reverse order); the matmul peak is measured again in every round.
     """
-    first = variant_settings(bench, bench.variants[0])[0]
-    frames = load_frames(first, seed=bench.seed)
+    frames = load_frames(variant_settings(bench, bench.variants[0])[1])
     dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
     rounds, peaks_per_round = [], []
     for index, seed in enumerate(bench.seeds):

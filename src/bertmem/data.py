@@ -305,23 +305,3 @@ def token_length_stats(texts: Sequence[str], tokenizer, max_length: int = 512) -
         "frac_truncated": float((lengths > max_length).mean()),
         "lengths": lengths,
     }
-
-
-def dataset_fingerprint(examples) -> str:
-    """A short hash of every example's token ids and label, in order: checkpoints compare it on resume (chapter 5).
-
-    Works for an `EncodedDataset`, any map-style dataset of dicts, or a list of batches.
-    """
-    digest = hashlib.sha256()
-    if isinstance(examples, EncodedDataset):
-        for ids in examples.encodings["input_ids"]:
-            digest.update(len(ids).to_bytes(4, "little") + np.asarray(ids, dtype=np.int64).tobytes())
-        digest.update(np.asarray(examples.labels, dtype=np.int64).tobytes())
-        return digest.hexdigest()[:16]
-    for index in range(len(examples)):
-        item = examples[index]
-        for key in sorted(item):
-            value = item[key]
-            array = value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
-            digest.update(key.encode() + str(array.shape).encode() + array.tobytes())
-    return digest.hexdigest()[:16]

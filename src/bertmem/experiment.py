@@ -6,96 +6,62 @@ import json
 import platform
 import shutil
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from .checkpoint import CHECKPOINT_NAME
-from .data import EVAL_SPLITS, HUB_IDS, load_text_classification, make_loader, subsample, tokenize_frame
+from .loaders import DataConfig, build_loaders, load_frames
 from .models import ATTENTION_IMPLEMENTATIONS, classifier_from_config, load_classifier, load_tokenizer, tiny_bert_config
 from .devices import require_device, resolve_device
-from .profile import MINILM_ID, seed_everything
+from .profile import MINILM_ID, Profile, seed_everything
 from .train import TrainConfig, TrainResult, train
 
 BACKENDS = ("plain", "accelerate", "trainer")
 TINY_MODEL = "tiny-bert"  # a 2-layer random BERT with MiniLM's vocabulary: tests and quick checks
 
 
-@dataclass
+@dataclass(frozen=True)
 class RunConfig:
-    """What to train on and where results go; the recipe itself is a TrainConfig (chapter 5)."""
+    """How and where a run happens: model, attention kernel, backend, output folder (chapter 5, A1).
 
-    model: str = MINILM_ID
-    dataset: str = "imdb"
-    eval_dataset: str | None = None  # None: the dataset's eval split, or rows held out of a file
-    text_column: str = "text"
-    label_column: str = "label"
-    train_size: int | None = 1000
-    eval_size: int | None = 500
-    max_length: int = 256
-    batch_size: int = 8  # micro-batch (per process under Accelerate)
-    group_by_length: bool = True
-    pad_to_max_length: bool = False  # the naive baseline: pad every batch to max_length
-    attention: str = "sdpa"
-    backend: str = "plain"
-    output_dir: str | None = None
-    save_model: bool = False
-    overwrite: bool = False  # replace a previous run's results in output_dir (else such a folder is refused)
+    What the data is lives in `DataConfig`, the recipe in `TrainConfig`.
+    """
+
+    model: str = field(default=MINILM_ID, metadata={"help": "Hub id, local model folder, or 'tiny-bert'"})
+    attention: str = field(default="sdpa", metadata={
+        "help": "attention kernel: sdpa (fused) or eager", "choices": ATTENTION_IMPLEMENTATIONS})
+    backend: str = field(default="plain", metadata={
+        "help": "training loop; accelerate: run under `accelerate launch` for several processes",
+        "choices": BACKENDS})
+    output_dir: str | None = field(default=None, metadata={
+        "help": "folder for metrics.json, config.json, loss.png (and checkpoints, the model)"})
+    save_model: bool = field(default=False, metadata={"help": "save the fine-tuned model to OUTPUT_DIR/model"})
+    overwrite: bool = field(default=False, metadata={
+        "help": "replace the results of a previous run in OUTPUT_DIR"})  # else such a folder is refused
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {self.backend!r}")
         if self.attention not in ATTENTION_IMPLEMENTATIONS:
             raise ValueError(f"attention must be one of {ATTENTION_IMPLEMENTATIONS}, got {self.attention!r}")
-        if self.max_length < 8 or self.batch_size < 1:
-            raise ValueError(f"max_length must be >= 8 and batch_size >= 1, "
-                             f"got {self.max_length} and {self.batch_size}")
-        for name in ("train_size", "eval_size"):
-            value = getattr(self, name)
-            if value is not None and value < 2:
-                raise ValueError(f"{name} must be >= 2 or None (everything), got {value}")
         if self.save_model and not self.output_dir:
             raise ValueError("save_model needs output_dir: the folder the model is saved into")
 
-
-def load_frames(run: RunConfig, seed: int = 0):
-    """Train and eval frames: named dataset splits, or a file with an eval file or rows held out (chapter A1).
-
-    Evaluation labels are encoded with the training labels' ids; a label training never saw is an error here,
-    before any model is loaded.
-    """
-    kw = dict(text_column=run.text_column, label_column=run.label_column, seed=seed)
-    named = run.dataset in HUB_IDS
-    if run.eval_dataset is not None or named:
-        source = run.eval_dataset or run.dataset
-        split = EVAL_SPLITS.get(source, "validation")  # a file ignores the split name
-        train_frame = load_text_classification(run.dataset, "train", size=run.train_size, **kw)
-        eval_frame = load_text_classification(source, split, size=run.eval_size,
-                                              label_names=train_frame.attrs["label_names"], **kw)
-        return train_frame, eval_frame
-    everything = load_text_classification(run.dataset, "train", **kw)
-    held = run.eval_size or max(2, len(everything) // 5)
-    if held >= len(everything) - 1:
-        raise ValueError(f"{run.dataset} has {len(everything)} rows: too few to hold out {held} for evaluation; "
-                         "pass eval_dataset or a smaller eval_size")
-    eval_frame = subsample(everything, held, seed=seed)
-    rest = everything[~everything["text"].isin(set(eval_frame["text"]))].reset_index(drop=True)
-    rest.attrs = dict(everything.attrs)
-    if run.train_size is not None and run.train_size > len(rest):
-        raise ValueError(f"train_size={run.train_size} but {run.dataset} has only {len(rest)} rows left after "
-                         f"holding out {held} for evaluation: ask for at most {len(rest)} (or 'all')")
-    train_frame = rest if run.train_size is None else subsample(rest, run.train_size, seed=seed)
-    return train_frame, eval_frame
+    @classmethod
+    def from_profile(cls, profile: Profile, **overrides) -> "RunConfig":
+        """The profile's model; everything else as given."""
+        return cls(**{"model": profile.model_id, **overrides})
 
 
-def build_model(run: RunConfig, label_names: list[str]):
+def build_model(run: RunConfig, label_names: list[str], max_length: int = 512):
     """The classifier for run.model (a Hub id, folder, or 'tiny-bert') and its tokenizer (chapter 5)."""
     if run.model == TINY_MODEL:
         tokenizer = load_tokenizer(MINILM_ID)
         config = tiny_bert_config(vocab_size=tokenizer.vocab_size, num_labels=len(label_names),
-                                  max_position_embeddings=max(128, run.max_length), hidden_dropout_prob=0.0,
+                                  max_position_embeddings=max(128, max_length), hidden_dropout_prob=0.0,
                                   attention_probs_dropout_prob=0.0,
                                   id2label=dict(enumerate(label_names)),
                                   label2id={n: i for i, n in enumerate(label_names)})
@@ -122,34 +88,29 @@ def parameter_checksum(model: torch.nn.Module) -> float:
     return float(sum(t.detach().double().sum() for t in full))
 
 
-def run_experiment(run: RunConfig, config: TrainConfig) -> dict[str, Any]:
+def run_experiment(run: RunConfig, data: DataConfig, config: TrainConfig) -> dict[str, Any]:
     """Load data and model, train with the chosen backend, evaluate, write the output folder (chapter 5)."""
     device = require_device(config.device) if config.device is not None else None
     if run.output_dir:  # before any data or model is loaded: a bad folder must not cost a training run
         prepare_output_dir(run, resume=config.resume)
-    train_frame, eval_frame = load_frames(run, seed=config.seed)
-    names = train_frame.attrs["label_names"]
+    frames = load_frames(data)
+    names = frames[0].attrs["label_names"]
     seed_everything(config.seed)  # the new classifier head is drawn here: same seed, same run
-    model, tokenizer = build_model(run, names)
+    model, tokenizer = build_model(run, names, data.max_length)
     if device is not None and run.backend != "accelerate":  # Accelerate gives each process its own device
         model.to(device)  # placed once; every helper below follows the model
     if run.output_dir and run.overwrite and not config.resume:
         remove_previous_run(Path(run.output_dir).expanduser())
-    train_set = tokenize_frame(train_frame, tokenizer, run.max_length)
-    pad = run.max_length if run.pad_to_max_length else None
-    train_loader = make_loader(train_set, tokenizer, run.batch_size, shuffle=True, seed=config.seed,
-                               group_by_length=run.group_by_length, pad_to_max_length=pad)
-    eval_loader = make_loader(tokenize_frame(eval_frame, tokenizer, run.max_length), tokenizer, 2 * run.batch_size,
-                              group_by_length=run.group_by_length, pad_to_max_length=pad)
-    identity = dict(asdict(run), label_names=list(names))  # train() adds the data fingerprint and size
-    result = run_backend(run.backend, model, train_loader, config, eval_loader, identity)
+    loaders = build_loaders(data, tokenizer, frames, seed=config.seed)
+    identity = dict(asdict(run), **asdict(data), label_names=list(names))  # train() adds fingerprint and size
+    result = run_backend(run.backend, model, loaders.train, config, loaders.eval, identity)
     summary = {"final": result.final_metrics, "epochs": result.epochs, "history": result.history,
                "precision": result.precision, "skipped_steps": result.skipped_steps, "backoffs": result.backoffs,
                "num_processes": result.num_processes, "rank": result.rank, "rank_bytes": result.rank_bytes,
                "parameter_checksum": parameter_checksum(model), "label_names": names,
-               "train_examples": len(train_frame), "eval_examples": len(eval_frame), "environment": environment_info()}
+               "train_examples": len(frames[0]), "eval_examples": len(frames[1]), "environment": environment_info()}
     if run.output_dir:
-        write_outputs(Path(run.output_dir), run, config, summary, result, model, tokenizer)
+        write_outputs(Path(run.output_dir), run, data, config, summary, result, model, tokenizer)
     return summary
 
 
@@ -217,8 +178,8 @@ def remove_previous_run(folder: Path) -> None:
         shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
 
 
-def write_outputs(folder: Path, run: RunConfig, config: TrainConfig, summary: dict, result: TrainResult,
-                  model, tokenizer) -> None:
+def write_outputs(folder: Path, run: RunConfig, data: DataConfig, config: TrainConfig, summary: dict,
+                  result: TrainResult, model, tokenizer) -> None:
     """metrics.json, config.json, loss.png (and the model) from the main process; rank<r>.json from each of several."""
     folder.mkdir(parents=True, exist_ok=True)
     if result.num_processes > 1:  # what each data-parallel process holds and saw (chapter 7)
@@ -228,12 +189,13 @@ def write_outputs(folder: Path, run: RunConfig, config: TrainConfig, summary: di
     if result.rank != 0:
         return
     (folder / "metrics.json").write_text(json.dumps(summary, indent=1, default=str))
-    (folder / "config.json").write_text(json.dumps({"run": asdict(run), "train": asdict(config)}, indent=1))
+    (folder / "config.json").write_text(json.dumps({"run": asdict(run), "data": asdict(data), "train": asdict(config)},
+                                                         indent=1))
     from matplotlib.figure import Figure  # no pyplot: leaves a notebook's backend alone
 
     ax = Figure(figsize=(7, 3.5)).subplots()
     result.plot(ax=ax, smooth=max(1, min(10, len(result.history) // 5)))
-    ax.set_title(f"{run.model} on {Path(run.dataset).name}")
+    ax.set_title(f"{run.model} on {Path(data.dataset).name}")
     ax.figure.savefig(folder / "loss.png", dpi=120, bbox_inches="tight")
     if run.save_model:
         getattr(model, "module", model).save_pretrained(folder / "model")

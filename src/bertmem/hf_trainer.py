@@ -8,6 +8,7 @@ from typing import Callable
 
 import torch
 
+from .accumulation import optimizer_steps
 from .devices import model_device
 
 
@@ -68,8 +69,7 @@ def train_with_trainer(model: torch.nn.Module, train_loader, config, output_dir:
     device_type = torch.device(config.device).type if config.device else model_device(model).type
     device_type = "cuda" if device_type == "cuda" else "cpu"
     choice = choose_precision(config.precision, device_type, verbose=False)
-    steps_per_epoch = math.ceil(len(train_loader) / config.accumulation_steps)
-    total = min(config.epochs * steps_per_epoch, config.max_steps or 10**12)
+    _, total = optimizer_steps(len(train_loader), config.accumulation_steps, config.epochs, config.max_steps)
     args = TrainingArguments(output_dir=output_dir or tempfile.mkdtemp(),
                              per_device_train_batch_size=train_loader.batch_size or 1,
                              gradient_accumulation_steps=config.accumulation_steps, max_steps=total,

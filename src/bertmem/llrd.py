@@ -7,23 +7,10 @@ from collections import OrderedDict
 import torch
 from torch import nn
 
+from .models import find_encoder_layers
+
 HEAD = "head"
 EMBEDDINGS = "embeddings"
-
-
-def find_encoder_layers(model: nn.Module) -> tuple[str, nn.ModuleList]:
-    """The encoder's block list, found by structure: the longest ModuleList of identical blocks (chapter 4)."""
-    best: tuple[str, nn.ModuleList] | None = None
-    for name, module in model.named_modules():
-        if isinstance(module, nn.ModuleList) and len(module) > 0:
-            kinds = {type(child) for child in module}
-            has_params = any(True for _ in module.parameters())
-            if len(kinds) == 1 and has_params and (best is None or len(module) > len(best[1])):
-                best = (name, module)
-    if best is None:
-        raise ValueError(f"{type(model).__name__} has no ModuleList of identical blocks: "
-                         "cannot find the encoder layers for layer-wise decay")
-    return best
 
 
 def layer_assignment(model: nn.Module) -> dict[str, str]:
@@ -69,11 +56,12 @@ def no_weight_decay(name: str, param: torch.Tensor) -> bool:
 
 def layerwise_param_groups(model: nn.Module, base_lr: float, decay: float = 0.95,
                            weight_decay: float = 0.01) -> list[dict]:
-    """AdamW groups: layer k gets base_lr·decay^(L−k), embeddings base_lr·decay^L, the head base_lr (chapter 4).
+    """AdamW groups, one learning rate per layer, decaying downwards (chapter 4).
 
-    Convention: layers are numbered 1..L from the bottom, so the top layer L has base_lr and the head
-    (pooler + classifier) shares it; every trainable parameter lands in exactly one group, frozen ones
-    in none; biases and LayerNorm weights get weight_decay 0.
+    Layers are numbered 1..L from the bottom: layer k gets base_lr·decay^(L−k), the
+    embeddings base_lr·decay^L, the head (pooler + classifier) base_lr, as the top
+    layer. Every trainable parameter lands in exactly one group, frozen ones in none;
+    biases and LayerNorm weights get weight_decay 0.
     """
     if not base_lr > 0:
         raise ValueError(f"base_lr must be > 0, got {base_lr}")
@@ -89,7 +77,8 @@ def layerwise_param_groups(model: nn.Module, base_lr: float, decay: float = 0.95
             continue
         key = (assignment[name], no_weight_decay(name, param))
         if key not in groups:
-            groups[key] = {"name": f"{key[0]}{' (no decay)' if key[1] else ''}", "params": [], "param_names": [],
+            groups[key] = {"name": key[0] + (" (no decay)" if key[1] else ""),
+                           "params": [], "param_names": [],
                            "lr": base_lr * group_lr_scale(key[0], num_layers, decay),
                            "weight_decay": 0.0 if key[1] else weight_decay}
         groups[key]["params"].append(param)

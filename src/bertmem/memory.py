@@ -139,7 +139,7 @@ def _checkpointed_layer_inputs(model: nn.Module, tally: SavedTensorTally) -> lis
         enabled = getattr(model, "is_gradient_checkpointing", False)
     if not enabled:
         return []
-    from .llrd import find_encoder_layers
+    from .models import find_encoder_layers
 
     def record_inputs(module, args):
         for arg in args:
@@ -149,14 +149,16 @@ def _checkpointed_layer_inputs(model: nn.Module, tally: SavedTensorTally) -> lis
 
 
 def measure_step_memory(model: nn.Module, batch: dict[str, torch.Tensor],
-                        optimizer: torch.optim.Optimizer | None = None, precision: str = "fp32",
+                        optimizer: torch.optim.Optimizer | None = None,
+                        precision: str = "fp32",
                         loss_fn: Callable[[Any], torch.Tensor] | None = None,
                         steady_state: bool = True) -> MemoryReport:
-    """Run one forward/backward(/optimizer) step and account for its memory by category (chapter 1).
+    """One forward/backward(/optimizer) step, its memory accounted by category (ch. 1).
 
-    Besides the per-category totals, `report.timeline` holds the live bytes op by op: `report.step_peak`
-    is the most memory alive at one moment, `report.peak_phase` when. With `steady_state` optimizer
-    state that this (first) step creates counts as alive from the start, as it is in every later step.
+    Besides the per-category totals, `report.timeline` holds the live bytes op by op:
+    `report.step_peak` is the most memory alive at one moment, `report.peak_phase` when.
+    With `steady_state` optimizer state that this (first) step creates counts as alive
+    from the start, as it is in every later step.
     """
     if precision not in PRECISIONS:
         raise ValueError(f"unknown precision {precision!r}: use one of {PRECISIONS}")
@@ -164,14 +166,15 @@ def measure_step_memory(model: nn.Module, batch: dict[str, torch.Tensor],
     if not params:
         raise ValueError("the model has no parameters")
     device = params[0].device
-    batch = move_to(batch, device)  # the batch follows the model, before the step's memory is recorded
+    batch = move_to(batch, device)  # the batch follows the model, before recording
     weights = _unique_tensors(params + list(model.buffers()))
     cuda = device.type == "cuda" and not _is_fake(params[0])
     if cuda:
         synchronize(device)
         reset_peak_memory(device)
     state = _optimizer_tensors(optimizer)
-    alive = [*weights.values(), *batch.values(), *(p.grad for p in params if p.grad is not None), *state]
+    grads_before = [p.grad for p in params if p.grad is not None]
+    alive = [*weights.values(), *batch.values(), *grads_before, *state]
     with record_timeline(alive) as timeline:
         tally = SavedTensorTally(exclude=set(weights), allocation_id=timeline.serial)
         handles = _checkpointed_layer_inputs(model, tally)
@@ -191,18 +194,21 @@ def measure_step_memory(model: nn.Module, batch: dict[str, torch.Tensor],
             optimizer.step()
     peak = peak_memory_bytes(device) if cuda else None
     grads = _unique_tensors([p.grad for p in params if p.grad is not None])
-    param_bytes = sum(storage_bytes(t) for t in _unique_tensors(params).values())
-    notes = ["activations = tensors saved for backward (each storage once, weights and buffers excluded)"]
+    notes = ["activations = tensors saved for backward (each storage once, "
+             "weights and buffers excluded)"]
     if peak is None:
-        notes.append(f"no allocator peak on {device.type}: the total is the sum of the four categories")
+        notes.append(f"no allocator peak on {device.type}: "
+                     "the total is the sum of the four categories")
     timeline.mark(weights.values(), "weights")
     timeline.mark(grads.values(), "gradients")
     timeline.mark(_optimizer_tensors(optimizer), "optimizer state")
     if steady_state:
         timeline.as_steady_state()
-    report = MemoryReport(parameters=param_bytes, gradients=sum(storage_bytes(g) for g in grads.values()),
-                          optimizer_state=optimizer_state_bytes(optimizer), activations=tally.total, peak=peak,
-                          device=str(device), notes=notes, timeline=timeline)
+    report = MemoryReport(
+        parameters=sum(storage_bytes(t) for t in _unique_tensors(params).values()),
+        gradients=sum(storage_bytes(g) for g in grads.values()),
+        optimizer_state=optimizer_state_bytes(optimizer), activations=tally.total,
+        peak=peak, device=str(device), notes=notes, timeline=timeline)
     if optimizer is not None:
         optimizer.zero_grad(set_to_none=True)
     return report

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Iterator
 
 import torch
+from torch import nn
 
 from .profile import MINILM_ID
 
@@ -141,6 +142,21 @@ def classifier_from_config(config, attn_implementation: str = "sdpa"):
     if attn_implementation not in ATTENTION_IMPLEMENTATIONS:
         raise ValueError(f"attn_implementation must be one of {ATTENTION_IMPLEMENTATIONS}, got {attn_implementation!r}")
     return AutoModelForSequenceClassification.from_config(config, attn_implementation=attn_implementation)
+
+
+def find_encoder_layers(model: nn.Module) -> tuple[str, nn.ModuleList]:
+    """The encoder's block list, found by structure: the longest ModuleList of identical blocks (ch. 1, 4, 7)."""
+    best: tuple[str, nn.ModuleList] | None = None
+    for name, module in model.named_modules():
+        if isinstance(module, nn.ModuleList) and len(module) > 0:
+            kinds = {type(child) for child in module}
+            has_params = any(True for _ in module.parameters())
+            if len(kinds) == 1 and has_params and (best is None or len(module) > len(best[1])):
+                best = (name, module)
+    if best is None:
+        raise ValueError(f"{type(model).__name__} has no ModuleList of identical blocks: "
+                         "cannot find the encoder layers for layer-wise decay")
+    return best
 
 
 def enable_gradient_checkpointing(model: torch.nn.Module) -> None:

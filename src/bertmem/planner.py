@@ -37,17 +37,24 @@ def parse_memory(text: str) -> int:
 class PlanRequest:
     """What to plan for: model, tokens, precision, memory budget and the effective batch (chapter 5)."""
 
-    model: str = "bert-base-uncased"
-    max_length: int = 512
-    precision: str = "fp16"
-    memory_bytes: int = 15 * GIB
-    effective_batch: int = 32
-    attention: str = "sdpa"
-    gradient_checkpointing: bool = False
-    optimizer: str = "adamw"
-    cuda_context_bytes: int = CUDA_CONTEXT_BYTES
-    allocator_margin: float = ALLOCATOR_MARGIN
-    kernels: str = "cuda"  # whose kernel choices the estimate follows: a GPU's, or this CPU's
+    model: str = field(default="bert-base-uncased", metadata={
+        "help": "known BERT id, Hub id or local model folder"})
+    max_length: int = field(default=512, metadata={"help": "tokens per example"})
+    precision: str = field(default="fp16", metadata={"help": "autocast precision", "choices": PRECISIONS})
+    memory_bytes: int = field(default=15 * GIB, metadata={  # the command line reads text, e.g. 15GiB or auto
+        "help": "device memory, e.g. 15GiB or 16GB; 'auto' reads the free memory of the CUDA device",
+        "flag": "--memory", "parse": str, "cli_default": "auto"})
+    effective_batch: int = field(default=32, metadata={"help": "examples per optimizer step"})
+    attention: str = field(default="sdpa", metadata={"help": "attention kernel", "choices": ("sdpa", "eager")})
+    gradient_checkpointing: bool = field(default=False, metadata={"help": "recompute activations in backward"})
+    optimizer: str = field(default="adamw", metadata={"help": "optimizer state to hold", "choices": OPTIMIZERS})
+    cuda_context_bytes: int = field(default=CUDA_CONTEXT_BYTES, metadata={
+        "help": "memory the CUDA context takes outside PyTorch's tensors (an assumption; measure yours)",
+        "flag": "--cuda-context", "parse": str, "cli_default": f"{CUDA_CONTEXT_BYTES // 2**20}MiB"})
+    allocator_margin: float = field(default=ALLOCATOR_MARGIN, metadata={
+        "help": "extra fraction of the peak for allocator rounding and fragmentation"})
+    kernels: str = field(default="cuda", metadata={  # whose kernel choices the estimate follows
+        "help": "whose kernel choices to estimate: a GPU's or this CPU's", "choices": ("cuda", "cpu")})
 
     def __post_init__(self) -> None:
         if self.precision not in PRECISIONS:

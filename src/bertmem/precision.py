@@ -121,7 +121,7 @@ def check_finite(step: int, loss: float, model: torch.nn.Module, optimizer: torc
 
 @dataclass
 class MixedPrecision:
-    """autocast + GradScaler that composes with accumulation: scale every micro-batch, step once (chapter 3)."""
+    """autocast + GradScaler: scale every micro-batch, step once per window (ch. 3)."""
 
     choice: PrecisionChoice
     init_scale: float = 2.0**16
@@ -130,23 +130,24 @@ class MixedPrecision:
     skipped_steps: int = 0
 
     def __post_init__(self) -> None:
-        self.scaler = torch.amp.GradScaler(self.choice.device_type, init_scale=self.init_scale,
-                                           growth_interval=self.growth_interval, enabled=self.choice.use_scaler)
+        self.scaler = torch.amp.GradScaler(
+            self.choice.device_type, init_scale=self.init_scale,
+            growth_interval=self.growth_interval, enabled=self.choice.use_scaler)
 
     def autocast(self):
         """The forward-pass context: torch.autocast for bf16/fp16, nothing for fp32."""
         return autocast_context(self.choice.precision, self.choice.device_type)
 
     def scale(self, loss: torch.Tensor) -> torch.Tensor:
-        """Multiply a (weighted micro-batch) loss by the current loss scale before backward."""
+        """Multiply a (weighted micro-batch) loss by the loss scale before backward."""
         return self.scaler.scale(loss)
 
     def unscale_(self, optimizer: torch.optim.Optimizer) -> None:
-        """Divide the accumulated gradients by the scale once per optimizer step, before clipping."""
+        """Divide the summed gradients by the scale: once per step, before clipping."""
         self.scaler.unscale_(optimizer)
 
     def step(self, optimizer: torch.optim.Optimizer) -> bool:
-        """optimizer.step() unless the gradients overflowed; update the scale; return whether it stepped."""
+        """optimizer.step() unless gradients overflowed; update the scale; stepped?"""
         if not self.choice.use_scaler:
             optimizer.step()
             return True
@@ -155,7 +156,7 @@ class MixedPrecision:
         self.scaler.update()
         after = self.scaler.get_scale()
         self.scale_history.append(after)
-        stepped = after >= before  # the scaler shrinks the scale exactly when it skipped the step
+        stepped = after >= before  # the scale shrinks exactly when the step was skipped
         self.skipped_steps += not stepped
         return stepped
 

@@ -129,14 +129,32 @@ def progress(iterable: Iterable, desc: str, enabled: bool = True, **kwargs):
     from tqdm.auto import tqdm
 
     kwargs.setdefault("mininterval", 5.0)  # a terminal redraws at most every 5 s
+    if iterable is not None:
+        kwargs.setdefault("total", len(iterable) if hasattr(iterable, "__len__") else None)
     if not text_bar_in_notebook(tqdm):
-        return tqdm(iterable, desc=desc, disable=not enabled, **kwargs)
+        bar = tqdm(None, desc=desc, disable=not enabled, **kwargs)
+    else:
+        class FinalLineBar(tqdm):  # never drawn while running (delay), drawn once when the loop ends
+            def close(self):
+                stays = self.leave or (self.leave is None and self.pos == 0)
+                if not self.disable and stays:
+                    self.last_print_t = self.start_t + self.delay  # as if shown: close() prints the final line
+                super().close()
 
-    class FinalLineBar(tqdm):  # never drawn while running (delay), drawn once when the loop ends
-        def close(self):
-            stays = self.leave or (self.leave is None and self.pos == 0)
-            if not self.disable and stays:
-                self.last_print_t = self.start_t + self.delay  # as if shown: close() then prints the final line
-            super().close()
+        bar = FinalLineBar(None, desc=desc, disable=not enabled, delay=float("inf"), **kwargs)
+    return bar if iterable is None else counted(iterable, bar)
 
-    return FinalLineBar(iterable, desc=desc, disable=not enabled, delay=float("inf"), **kwargs)
+
+def counted(iterable: Iterable, bar):
+    """Yield the items, counting each on the bar; close it at the end (all chapters).
+
+    The bar never touches the iterable itself: tqdm.auto's bar (tqdm_asyncio) calls iter() on it when made,
+    so a DataLoader would start one iterator more, thrown away, that draws a seed from torch's global
+    generator (and starts its workers): a run with a bar would see other dropout masks than one without.
+    """
+    try:
+        for item in iterable:
+            yield item
+            bar.update(1)
+    finally:
+        bar.close()

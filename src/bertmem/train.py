@@ -6,48 +6,73 @@ import itertools
 import math
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
-import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
-from .accumulation import WEIGHTINGS, backward_with_backoff, check_dataset_fits, windows
+from .accumulation import WEIGHTINGS, backward_with_backoff, check_dataset_fits, optimizer_steps, windows
 from .models import enable_gradient_checkpointing
-from .checkpoint import (capture_rng, check_resume_settings, load_checkpoint, load_model_state, restore_rng,
-                         save_checkpoint)
-from .data import dataset_fingerprint
-from .devices import model_device, move_to, require_device, resolve_device, synchronize
+from .checkpoint import (capture_rng, check_resume_settings, dataset_fingerprint, load_checkpoint, load_model_state,
+                         restore_rng, save_checkpoint)
+from .baseline import TrainResult, evaluate  # noqa: F401  (chapter 0's pieces, re-exported for callers)
+from .batching import dataset_size
+from .devices import model_device, require_device, synchronize
 from .interrupts import TrainingInterrupted, stops_on_sigterm
 from .precision import REQUESTS, MixedPrecision, check_finite, choose_precision
+from .profile import Profile, seed_everything
 from .profile import progress as progress_bar
-from .profile import seed_everything
 
 
-@dataclass
+def _off_if_zero(raw: str) -> float | None:
+    """--max-grad-norm 0 turns clipping off."""
+    value = float(raw)
+    return None if value == 0 else value
+
+
+@dataclass(frozen=True)
 class TrainConfig:
-    """Settings of the baseline loop, validated at construction (chapter 0)."""
+    """The recipe and how the loop runs it, validated at construction (chapters 0, 2-5).
 
-    epochs: int = 1
-    learning_rate: float = 5e-5
-    weight_decay: float = 0.01
-    warmup_ratio: float = 0.1
-    seed: int = 0
-    device: str | None = None  # None: wherever the model already is (place it once, chapter 0)
-    max_steps: int | None = None  # stop early after this many optimizer steps (tests, demos)
-    progress: bool = True
-    layerwise_decay: float | None = None  # chapter 4: None = one AdamW group; 1.0 = groups without decay
-    accumulation_steps: int = 1  # chapter 2: micro-batches per optimizer step
-    loss_weighting: str = "examples"  # chapter 2: "examples" or "tokens" (token-level losses)
-    max_grad_norm: float | None = 1.0  # clip once per optimizer step (after unscaling); None = no clipping
-    precision: str = "fp32"  # chapter 3: "auto", "fp32", "bf16" or "fp16" (+ GradScaler)
+    Every field with help text is also a flag of `bertmem train` (generated, `bertmem.flags`).
+    """
+
+    epochs: int = field(default=1, metadata={"help": "passes over the training data"})
+    learning_rate: float = field(default=5e-5, metadata={"help": "peak learning rate", "flag": "--lr"})
+    weight_decay: float = field(default=0.01, metadata={"help": "AdamW's decoupled weight decay"})
+    warmup_ratio: float = field(default=0.1, metadata={"help": "share of the steps spent warming up"})
+    seed: int = field(default=0, metadata={"help": "training seed: head, dropout, data order"})
+    device: str | None = field(default=None, metadata={
+        "help": "cpu or cuda (default: wherever the model is)"})  # place the model once (chapter 0)
+    max_steps: int | None = field(default=None, metadata={"help": "stop after this many optimizer steps"})
+    progress: bool = field(default=True, metadata={"help": "show progress bars"})
+    layerwise_decay: float | None = field(default=None, metadata={
+        "help": "layer-wise LR decay in (0, 1], e.g. 0.95 (chapter 4)"})  # None: one AdamW group
+    accumulation_steps: int = field(default=1, metadata={"help": "micro-batches per optimizer step (chapter 2)"})
+    loss_weighting: str = field(default="examples", metadata={
+        "help": "weigh micro-batch losses by examples or labelled tokens (chapter 2)", "choices": WEIGHTINGS})
+    max_grad_norm: float | None = field(default=1.0, metadata={
+        "help": "clip the gradient norm, once per optimizer step; 0 turns clipping off",
+        "parse": _off_if_zero})
+    precision: str = field(default="fp32", metadata={
+        "help": "auto picks bf16 or fp16 + GradScaler where they are fast (chapter 3)", "choices": REQUESTS})
     guard_non_finite: bool = True  # chapter 3: stop with a diagnosis on NaN/inf the scaler does not handle
-    gradient_checkpointing: bool = False  # chapter 5: recompute each layer in backward instead of saving it
+    gradient_checkpointing: bool = field(default=False, metadata={
+        "help": "recompute each layer in backward instead of keeping its activations (chapter 5)"})
     fused_optimizer: bool | None = None  # chapter 5: fused AdamW kernel; None = where the device supports it
     checkpoint_dir: str | None = None  # chapter 5: folder for checkpoint.pt (saved on Ctrl-C and each epoch)
-    checkpoint_every: int | None = None  # chapter 5: also save every N optimizer steps
-    resume: bool = False  # chapter 5: continue from checkpoint_dir/checkpoint.pt
-    oom_backoff: bool = False  # chapter 5: on out-of-memory halve the micro-batch, double the accumulation
+    checkpoint_every: int | None = field(default=None, metadata={
+        "help": "save a checkpoint every N optimizer steps (chapter 5)"})
+    resume: bool = field(default=False, metadata={"help": "continue from the checkpoint in the output folder"})
+    oom_backoff: bool = field(default=False, metadata={
+        "help": "on out-of-memory halve the micro-batch, double the accumulation (chapter 5)"})
+
+    @classmethod
+    def from_profile(cls, profile: Profile, **overrides) -> "TrainConfig":
+        """The profile's recipe for a run of its own: epochs, learning rate, device, precision 'auto'."""
+        values = dict(epochs=profile.epochs, learning_rate=profile.learning_rate, device=profile.device,
+                      precision="auto")
+        return cls(**{**values, **overrides})
 
     def __post_init__(self) -> None:
         if not isinstance(self.epochs, int) or self.epochs < 1:
@@ -82,70 +107,6 @@ class TrainConfig:
                 raise ValueError(f"device {self.device!r} is not a torch device: use 'cpu' or 'cuda'") from err
 
 
-@dataclass
-class TrainResult:
-    """What a run produced: per-step history, per-epoch metrics and timing; plots itself (chapter 0)."""
-
-    # per optimizer step: step, epoch, loss, lr, step_time_s (and grad_norm, loss_scale when they apply)
-    history: list[dict[str, float]] = field(default_factory=list)
-    epochs: list[dict[str, float]] = field(default_factory=list)  # epoch, train_time_s, examples_per_s, metrics
-    precision: str = "fp32"
-    skipped_steps: int = 0  # optimizer steps the fp16 loss scaler skipped after an overflow
-    backoffs: list[dict[str, int]] = field(default_factory=list)  # out-of-memory back-offs (chapter 5)
-    num_processes: int = 1  # data-parallel processes (Accelerate, chapter 7)
-    rank: int = 0  # this process's index among them
-    rank_bytes: dict[str, int] | None = None  # this process's parameter/optimizer bytes (Accelerate, chapter 7)
-
-    @property
-    def final_metrics(self) -> dict[str, float]:
-        """Metrics of the last evaluated epoch (empty when no evaluation ran)."""
-        return self.epochs[-1] if self.epochs else {}
-
-    @property
-    def losses(self) -> list[float]:
-        """The training loss of every optimizer step."""
-        return [h["loss"] for h in self.history]
-
-    def plot(self, ax=None, smooth: int = 10, label: str | None = None):
-        """Loss per optimizer step, raw and smoothed by a running mean over `smooth` steps."""
-        import matplotlib.pyplot as plt
-
-        ax = ax or plt.subplots(figsize=(7, 3.5))[1]
-        steps = [h["step"] for h in self.history]
-        line, = ax.plot(steps, self.losses, alpha=0.3, label=None)
-        if len(self.losses) >= smooth > 1:
-            kernel = np.ones(smooth) / smooth
-            ax.plot(steps[smooth - 1:], np.convolve(self.losses, kernel, mode="valid"), color=line.get_color(),
-                    label=label or f"running mean ({smooth} steps)")
-            ax.legend()
-        ax.set_xlabel("optimizer step")
-        ax.set_ylabel("training loss (cross-entropy, nats)")
-        ax.grid(alpha=0.3)
-        return ax
-
-
-@torch.no_grad()
-def evaluate(model: torch.nn.Module, loader: Iterable[dict], device: str | None = None,
-             show_progress: bool = False) -> dict[str, float]:
-    """Accuracy, macro-F1 (scikit-learn) and mean loss over a loader, on the model's device (chapter 0)."""
-    from sklearn.metrics import accuracy_score, f1_score
-
-    device = resolve_device(model, device)
-    model.eval()
-    preds, labels, losses, counts = [], [], [], []
-    for batch in progress_bar(loader, "eval", enabled=show_progress, leave=False):
-        batch = move_to(batch, device)
-        out = model(**batch)
-        preds.append(out.logits.argmax(-1).cpu())
-        labels.append(batch["labels"].cpu())
-        losses.append(float(out.loss) * len(batch["labels"]))
-        counts.append(len(batch["labels"]))
-    y_pred, y_true = torch.cat(preds).numpy(), torch.cat(labels).numpy()
-    return {"accuracy": float(accuracy_score(y_true, y_pred)),
-            "macro_f1": float(f1_score(y_true, y_pred, average="macro")),
-            "eval_loss": sum(losses) / sum(counts)}
-
-
 def make_optimizer_and_scheduler(model: torch.nn.Module, config: TrainConfig, total_steps: int):
     """AdamW (one group, or chapter 4's layer-wise groups) plus linear warmup/decay (chapter 0)."""
     from transformers import get_linear_schedule_with_warmup
@@ -171,12 +132,6 @@ def use_fused_adamw(config: TrainConfig, model: torch.nn.Module) -> bool:
         raise ValueError(f"fused AdamW is not available for {params[0].device.type} parameters of these dtypes: "
                          "set fused_optimizer=None or False")
     return supported if config.fused_optimizer is None else bool(config.fused_optimizer)
-
-
-def dataset_size(loader) -> int:
-    """Examples in a loader: len(dataset) for a DataLoader, else the labels of a list of batches."""
-    dataset = getattr(loader, "dataset", None)
-    return len(dataset) if dataset is not None else sum(len(b["labels"]) for b in loader)
 
 
 def epoch_batches(loader, epoch: int, skip: int = 0):
@@ -214,9 +169,8 @@ def train(model: torch.nn.Module, train_loader: DataLoader, config: TrainConfig,
     device = model_device(model)
     if config.gradient_checkpointing:
         enable_gradient_checkpointing(model)
-    steps_per_epoch = math.ceil(len(train_loader) / config.accumulation_steps)
-    total = config.epochs * steps_per_epoch
-    total = min(total, config.max_steps) if config.max_steps else total
+    steps_per_epoch, total = optimizer_steps(len(train_loader), config.accumulation_steps, config.epochs,
+                                             config.max_steps)
     optimizer, scheduler = make_optimizer_and_scheduler(model, config, total)
     params = [p for p in model.parameters() if p.requires_grad]
     choice = choose_precision(config.precision, device.type, verbose=config.precision == "auto")

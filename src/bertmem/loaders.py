@@ -1,0 +1,117 @@
+"""What the data is, and the one way to turn it into training and evaluation loaders (chapters 0, 5, A1).
+
+`DataConfig` names the data (source, columns, subset sizes, tokens per example, micro-batch, padding);
+`build_loaders` is what `bertmem train`, the bench and the notebooks call, so all of them tokenize,
+pad and evaluate the same way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from torch.utils.data import DataLoader
+
+from .data import EVAL_SPLITS, HUB_IDS, load_text_classification, make_loader, subsample, tokenize_frame
+from .profile import Profile
+
+
+def size_arg(raw: str) -> int | None:
+    """A subset size from the command line: a number of examples, or 'all' (the whole split)."""
+    return None if raw.strip().lower() in ("all", "none") else int(raw)
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """What the data is: source, columns, subset sizes, tokens, micro-batch and padding (chapters 0, 5, A1)."""
+
+    dataset: str = field(default="imdb", metadata={
+        "help": "imdb, rotten_tomatoes, sst2, a Hub id, or a CSV/JSON/Parquet file"})
+    eval_dataset: str | None = field(default=None, metadata={
+        "help": "file or dataset to evaluate on (default: the eval split, or rows held out of a file)"})
+    text_column: str = field(default="text", metadata={"help": "column holding the texts"})
+    label_column: str = field(default="label", metadata={"help": "column holding the labels"})
+    train_size: int | None = field(default=1000, metadata={
+        "help": "training examples, or 'all'", "parse": size_arg})
+    eval_size: int | None = field(default=500, metadata={
+        "help": "evaluation examples, or 'all'", "parse": size_arg})
+    max_length: int = field(default=256, metadata={"help": "tokens per example (longer ones are cut)"})
+    batch_size: int = field(default=8, metadata={"help": "micro-batch (per process under Accelerate)"})
+    eval_batch_size: int = field(default=32, metadata={"help": "examples per evaluation batch"})
+    group_by_length: bool = field(default=True, metadata={
+        "help": "batch examples of similar length together (chapter 5)"})
+    pad_to_max_length: bool = field(default=False, metadata={
+        "help": "pad every training batch to --max-length (the naive baseline of chapter 5)"})
+    data_seed: int = field(default=0, metadata={
+        "help": "which examples the subsets take (hash-chosen); the training seed is --seed"})
+
+    def __post_init__(self) -> None:
+        if self.max_length < 8:
+            raise ValueError(f"max_length must be >= 8, got {self.max_length}")
+        for name in ("batch_size", "eval_batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("train_size", "eval_size"):
+            value = getattr(self, name)
+            if value is not None and value < 2:
+                raise ValueError(f"{name} must be >= 2 or None (everything), got {value}")
+        if self.data_seed < 0:
+            raise ValueError(f"data_seed must be >= 0, got {self.data_seed}")
+
+    @classmethod
+    def from_profile(cls, profile: Profile, **overrides) -> "DataConfig":
+        """The profile's data: its dataset, subset sizes, tokens and micro-batch (all chapters)."""
+        values = dict(dataset=profile.dataset, train_size=profile.train_size, eval_size=profile.eval_size,
+                      max_length=profile.max_length, batch_size=profile.batch_size)
+        return cls(**{**values, **overrides})
+
+
+class Loaders(NamedTuple):
+    """The training loader (shuffled, seeded) and the evaluation loader."""
+
+    train: DataLoader
+    eval: DataLoader
+
+
+def load_frames(data: DataConfig):
+    """Train and eval frames: named dataset splits, or a file with an eval file or rows held out (chapter A1).
+
+    Evaluation labels are encoded with the training labels' ids; a label training never saw is an error here,
+    before any model is loaded.
+    """
+    kw = dict(text_column=data.text_column, label_column=data.label_column, seed=data.data_seed)
+    if data.eval_dataset is not None or data.dataset in HUB_IDS:
+        source = data.eval_dataset or data.dataset
+        split = EVAL_SPLITS.get(source, "validation")  # a file ignores the split name
+        train_frame = load_text_classification(data.dataset, "train", size=data.train_size, **kw)
+        eval_frame = load_text_classification(source, split, size=data.eval_size,
+                                              label_names=train_frame.attrs["label_names"], **kw)
+        return train_frame, eval_frame
+    everything = load_text_classification(data.dataset, "train", **kw)
+    held = data.eval_size or max(2, len(everything) // 5)
+    if held >= len(everything) - 1:
+        raise ValueError(f"{data.dataset} has {len(everything)} rows: too few to hold out {held} for evaluation; "
+                         "pass eval_dataset or a smaller eval_size")
+    eval_frame = subsample(everything, held, seed=data.data_seed)
+    rest = everything[~everything["text"].isin(set(eval_frame["text"]))].reset_index(drop=True)
+    rest.attrs = dict(everything.attrs)
+    if data.train_size is not None and data.train_size > len(rest):
+        raise ValueError(f"train_size={data.train_size} but {data.dataset} has only {len(rest)} rows left after "
+                         f"holding out {held} for evaluation: ask for at most {len(rest)} (or 'all')")
+    train_frame = rest if data.train_size is None else subsample(rest, data.train_size, seed=data.data_seed)
+    return train_frame, eval_frame
+
+
+def build_loaders(data: DataConfig, tokenizer, frames=None, seed: int = 0) -> Loaders:
+    """Tokenize and batch the data: the training order follows `seed` (chapters 0, 5, A1).
+
+    Evaluation always pads per batch and groups by length: how it is batched does not change what it
+    measures, so every caller evaluates the same way, fast. `frames`: (train, eval) already loaded.
+    """
+    train_frame, eval_frame = frames if frames is not None else load_frames(data)
+    pad = data.max_length if data.pad_to_max_length else None
+    train = make_loader(tokenize_frame(train_frame, tokenizer, data.max_length), tokenizer, data.batch_size,
+                        shuffle=True, seed=seed, group_by_length=data.group_by_length, pad_to_max_length=pad)
+    evaluation = make_loader(tokenize_frame(eval_frame, tokenizer, data.max_length), tokenizer,
+                             data.eval_batch_size, group_by_length=True)
+    return Loaders(train, evaluation)
