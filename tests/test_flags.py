@@ -40,6 +40,23 @@ def test_train_flags_build_the_three_configs_with_the_profiles_defaults():
     assert run == RunConfig.from_profile(profile, output_dir="out")
 
 
+def test_train_defaults_a_reader_relies_on():
+    args = subparser("train").parse_args(["--output-dir", "out"])
+    data, recipe = config_from_flags(DataConfig, args), config_from_flags(TrainConfig, args)
+    assert (data.data_seed, data.eval_batch_size, data.group_by_length, data.pad_to_max_length) == (0, None, True,
+                                                                                                   False)
+    assert (recipe.precision, recipe.seed, recipe.max_grad_norm, recipe.accumulation_steps) == ("auto", 0, 1.0, 1)
+    assert recipe.learning_rate == get_profile().learning_rate and data.max_length == get_profile().max_length
+
+
+def test_no_flag_is_a_prefix_of_another():
+    # --seed used to pick bench's data; with abbreviations on it would silently mean --seeds
+    args = subparser("bench").parse_args(["--seed", "4"])
+    assert args.seed == 4 and args.seeds == BenchConfig.from_profile(get_profile()).seeds
+    with pytest.raises(SystemExit):
+        subparser("train").parse_args(["--output-dir", "out", "--grad", "--lr", "1e-4"])
+
+
 def test_bench_seeds_and_data_seed():
     args = subparser("bench").parse_args(["--seeds", "3", "4", "--data-seed", "2", "--no-progress"])
     bench = config_from_flags(BenchConfig, args)
@@ -49,7 +66,7 @@ def test_bench_seeds_and_data_seed():
 @pytest.mark.parametrize("flags, message", [
     (["--batch-size", "0"], "batch_size must be >= 1"),
     (["--warmup-ratio", "1.5"], "warmup_ratio must be in [0, 1)"),
-    (["--save-model", "--output-dir", ""], "needs --output-dir"),
+    (["--eval-batch-size", "0"], "eval_batch_size must be >= 1"),
 ])
 def test_a_bad_value_fails_in_the_dataclass_with_one_line(flags, message, capsys):
     with pytest.raises(SystemExit) as stop:
@@ -63,3 +80,10 @@ def test_configs_are_frozen_so_variants_are_replacements():
     with pytest.raises(dataclasses.FrozenInstanceError):
         recipe.epochs = 2
     assert dataclasses.replace(recipe, epochs=2).epochs == 2 and recipe.epochs == 1
+
+
+def test_an_unreadable_value_names_the_flag(capsys):
+    with pytest.raises(SystemExit) as stop:
+        main(["train", "--output-dir", "out", "--train-size", "lots"])
+    assert stop.value.code == 2
+    assert "argument --train-size: 'lots' is not a valid train_size" in capsys.readouterr().err

@@ -123,6 +123,7 @@ def train_with_accelerate(model: torch.nn.Module, train_loader, config: TrainCon
             window_loss.zero_()
             if step >= total:
                 break
+        bar.close()  # after a break too: the final line now, not when the generator is collected
         elapsed = time.perf_counter() - start
         record = {"epoch": epoch, "train_time_s": elapsed, "examples": seen, "examples_per_s": seen / elapsed}
         result.rank_bytes = rank_bytes(model, optimizer)  # before evaluation: FSDP2 keeps the root unsharded after it

@@ -2,7 +2,8 @@
 
 `train_baseline` is the loop chapter 0 shows: fp32, AdamW, linear warmup and decay, gradient clipping,
 evaluation after each epoch. `bertmem.train.train` composes the same steps with the pieces of chapters
-2-5; with every feature off it gives bit-identical losses and weights (tests/test_loop.py).
+2-5; with every feature off (chapter 5's fused AdamW kernel too: `fused_optimizer=False`) it gives
+bit-identical losses and weights (tests/test_loop.py).
 """
 
 from __future__ import annotations

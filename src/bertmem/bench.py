@@ -47,7 +47,8 @@ class BenchConfig:
     layerwise_decay: float = field(default=0.95, metadata={"help": "LLRD factor of the full recipe"})
     epochs: int = field(default=1, metadata={"help": "passes over the training data"})
     seed: int = field(default=0, metadata={
-        "help": "picks the data subset: every seed and variant sees the same examples", "flag": "--data-seed"})
+        "help": "picks the data subset: every seed and variant sees the same examples", "flag": "--data-seed",
+        "aliases": ("--seed",)})
     seeds: tuple[int, ...] = field(default=(0,), metadata={
         "help": "training seeds, e.g. 0 1 2: one round of every variant per seed (accuracy mean ± std)",
         "parse": int, "nargs": "+"})

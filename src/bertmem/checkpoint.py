@@ -20,7 +20,7 @@ FORMAT = 2  # 2: loads with weights_only=True and records the run's settings
 # Settings a resumed run may change: they alter neither the data, the step positions nor the schedule.
 SAFE_TO_CHANGE = frozenset({"progress", "checkpoint_every", "checkpoint_dir", "resume", "device", "oom_backoff",
                             "gradient_checkpointing", "fused_optimizer", "guard_non_finite", "output_dir",
-                            "save_model", "backend", "eval_dataset", "eval_size", "overwrite"})
+                            "save_model", "backend", "eval_dataset", "eval_size", "eval_batch_size", "overwrite"})
 
 
 class CheckpointError(ValueError):

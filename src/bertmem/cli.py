@@ -23,18 +23,20 @@ def build_parser() -> argparse.ArgumentParser:
     from .train import TrainConfig
 
     profile = get_profile()
-    parser = argparse.ArgumentParser(prog="bertmem",
+    parser = argparse.ArgumentParser(prog="bertmem", allow_abbrev=False,
                                      description="Fine-tune BERT-family classifiers on a memory budget.")
     sub = parser.add_subparsers(dest="command", required=True)
-    t = sub.add_parser("train", help="fine-tune once and write metrics.json, config.json and loss.png")
+    t = sub.add_parser("train", allow_abbrev=False,
+                       help="fine-tune once and write metrics.json, config.json and loss.png")
     add_config_flags(t, RunConfig, RunConfig.from_profile(profile))
     add_config_flags(t, DataConfig, DataConfig.from_profile(profile))
     add_config_flags(t, TrainConfig, TrainConfig.from_profile(profile))
-    b = sub.add_parser("bench", help="the recipe variants side by side -> bench.json and bench.md")
+    b = sub.add_parser("bench", allow_abbrev=False, help="the recipe variants side by side -> bench.json and bench.md")
     add_config_flags(b, BenchConfig, BenchConfig.from_profile(profile))
     b.add_argument("--output-dir", default="results/bench", help="folder for bench.json and bench.md")
     b.add_argument("--no-estimate", action="store_true", help="skip the estimated bert-base table")
-    p = sub.add_parser("plan", help="the largest micro-batch that fits a memory budget (estimated, no GPU needed)")
+    p = sub.add_parser("plan", allow_abbrev=False,
+                       help="the largest micro-batch that fits a memory budget (estimated, no GPU needed)")
     add_config_flags(p, PlanRequest)
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     return parser

@@ -35,6 +35,17 @@ def _parser_for(annotation: Any) -> tuple[Callable[[str], Any] | None, bool]:
     return (lambda raw: None if raw.strip().lower() == "none" else convert(raw)), False
 
 
+def _friendly(convert: Callable[[str], Any], name: str) -> Callable[[str], Any]:
+    """The converter, its ValueError turned into argparse's one-line 'argument --x: ...' message."""
+    def parse(raw: str) -> Any:
+        try:
+            return convert(raw)
+        except ValueError as err:
+            raise argparse.ArgumentTypeError(f"{raw!r} is not a valid {name} ({err})") from None
+    parse.__name__ = name  # argparse names the converter in some messages
+    return parse
+
+
 def flag_fields(cls) -> list[dataclasses.Field]:
     """The fields of a config class that are command-line flags (those with help text)."""
     return [f for f in dataclasses.fields(cls) if "help" in f.metadata]
@@ -54,12 +65,14 @@ def add_config_flags(parser: argparse.ArgumentParser, cls, defaults=None, skip: 
             continue
         default = f.metadata.get("cli_default", getattr(defaults, f.name) if defaults is not None else f.default)
         convert, is_bool = (f.metadata["parse"], False) if "parse" in f.metadata else _parser_for(hints[f.name])
+        names = (flag_name(f), *f.metadata.get("aliases", ()))
         if is_bool:
-            group.add_argument(flag_name(f), dest=f.name, action=argparse.BooleanOptionalAction, default=default,
+            group.add_argument(*names, dest=f.name, action=argparse.BooleanOptionalAction, default=default,
                                help=f.metadata["help"])
             continue
         shown = " ".join(map(str, default)) if isinstance(default, tuple) else default
-        group.add_argument(flag_name(f), dest=f.name, type=convert, default=default, nargs=f.metadata.get("nargs"),
+        group.add_argument(*names, dest=f.name, type=_friendly(convert, f.name), default=default,
+                           nargs=f.metadata.get("nargs"),
                            choices=f.metadata.get("choices"),
                            help=f.metadata["help"] + ("" if default is None else f" (default: {shown})"))
 

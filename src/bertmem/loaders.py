@@ -1,8 +1,8 @@
 """What the data is, and the one way to turn it into training and evaluation loaders (chapters 0, 5, A1).
 
 `DataConfig` names the data (source, columns, subset sizes, tokens per example, micro-batch, padding);
-`build_loaders` is what `bertmem train`, the bench and the notebooks call, so all of them tokenize,
-pad and evaluate the same way.
+`build_loaders` is what `bertmem train`, the bench and the chapters that fine-tune on the profile's data
+call, so they tokenize, pad and evaluate the same way.
 """
 
 from __future__ import annotations
@@ -37,7 +37,8 @@ class DataConfig:
         "help": "evaluation examples, or 'all'", "parse": size_arg})
     max_length: int = field(default=256, metadata={"help": "tokens per example (longer ones are cut)"})
     batch_size: int = field(default=8, metadata={"help": "micro-batch (per process under Accelerate)"})
-    eval_batch_size: int = field(default=32, metadata={"help": "examples per evaluation batch"})
+    eval_batch_size: int | None = field(default=None, metadata={
+        "help": "examples per evaluation batch (default: twice the micro-batch)"})
     group_by_length: bool = field(default=True, metadata={
         "help": "batch examples of similar length together (chapter 5)"})
     pad_to_max_length: bool = field(default=False, metadata={
@@ -48,9 +49,9 @@ class DataConfig:
     def __post_init__(self) -> None:
         if self.max_length < 8:
             raise ValueError(f"max_length must be >= 8, got {self.max_length}")
-        for name in ("batch_size", "eval_batch_size"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.batch_size < 1 or (self.eval_batch_size is not None and self.eval_batch_size < 1):
+            raise ValueError(f"batch_size and eval_batch_size must be >= 1, got {self.batch_size} and "
+                             f"{self.eval_batch_size}")
         for name in ("train_size", "eval_size"):
             value = getattr(self, name)
             if value is not None and value < 2:
@@ -105,13 +106,14 @@ def load_frames(data: DataConfig):
 def build_loaders(data: DataConfig, tokenizer, frames=None, seed: int = 0) -> Loaders:
     """Tokenize and batch the data: the training order follows `seed` (chapters 0, 5, A1).
 
-    Evaluation always pads per batch and groups by length: how it is batched does not change what it
-    measures, so every caller evaluates the same way, fast. `frames`: (train, eval) already loaded.
+    Evaluation always pads per batch and groups by length (batches of twice the micro-batch unless
+    `eval_batch_size` says otherwise): how it is batched does not change what it measures, so every caller
+    evaluates the same way, fast. `frames`: (train, eval) already loaded.
     """
     train_frame, eval_frame = frames if frames is not None else load_frames(data)
     pad = data.max_length if data.pad_to_max_length else None
     train = make_loader(tokenize_frame(train_frame, tokenizer, data.max_length), tokenizer, data.batch_size,
                         shuffle=True, seed=seed, group_by_length=data.group_by_length, pad_to_max_length=pad)
     evaluation = make_loader(tokenize_frame(eval_frame, tokenizer, data.max_length), tokenizer,
-                             data.eval_batch_size, group_by_length=True)
+                             data.eval_batch_size or 2 * data.batch_size, group_by_length=True)
     return Loaders(train, evaluation)

@@ -155,7 +155,7 @@ def find_encoder_layers(model: nn.Module) -> tuple[str, nn.ModuleList]:
                 best = (name, module)
     if best is None:
         raise ValueError(f"{type(model).__name__} has no ModuleList of identical blocks: "
-                         "cannot find the encoder layers for layer-wise decay")
+                         "cannot find its encoder layers")
     return best
 
 

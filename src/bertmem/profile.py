@@ -123,7 +123,8 @@ def progress(iterable: Iterable, desc: str, enabled: bool = True, **kwargs):
     """A `tqdm.auto` bar: a live widget in Jupyter with ipywidgets, a text bar in a terminal (all chapters).
 
     In a kernel without ipywidgets (how the book's notebooks are executed) every redraw would stay in the saved
-    output as one more line, so the bar there shows only its final line.
+    output as one more line, so the bar there shows only its final line. Given an iterable it returns a
+    generator over it (see `counted`); given None, the bar itself, to update by hand.
     """
     quiet_progress_import()
     from tqdm.auto import tqdm
@@ -149,8 +150,9 @@ def counted(iterable: Iterable, bar):
     """Yield the items, counting each on the bar; close it at the end (all chapters).
 
     The bar never touches the iterable itself: tqdm.auto's bar (tqdm_asyncio) calls iter() on it when made,
-    so a DataLoader would start one iterator more, thrown away, that draws a seed from torch's global
-    generator (and starts its workers): a run with a bar would see other dropout masks than one without.
+    so a DataLoader would start one iterator more, thrown away, that draws a seed from its generator or
+    torch's global one (and starts its workers): a run with a bar would see another shuffle order or other
+    dropout masks than one without. Call `close()` after a `break` to print the final line at once.
     """
     try:
         for item in iterable:

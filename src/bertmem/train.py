@@ -41,7 +41,8 @@ class TrainConfig:
     learning_rate: float = field(default=5e-5, metadata={"help": "peak learning rate", "flag": "--lr"})
     weight_decay: float = field(default=0.01, metadata={"help": "AdamW's decoupled weight decay"})
     warmup_ratio: float = field(default=0.1, metadata={"help": "share of the steps spent warming up"})
-    seed: int = field(default=0, metadata={"help": "training seed: head, dropout, data order"})
+    seed: int = field(default=0, metadata={
+        "help": "training seed: classifier head, dropout, data order (which examples: --data-seed)"})
     device: str | None = field(default=None, metadata={
         "help": "cpu or cuda (default: wherever the model is)"})  # place the model once (chapter 0)
     max_steps: int | None = field(default=None, metadata={"help": "stop after this many optimizer steps"})
