@@ -45,6 +45,23 @@ def test_cli_train_writes_metrics_config_plot_and_model(tmp_path, reviews_csv, c
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["output_dir"] == str(out)
 
 
+def test_cli_lora_run_saves_a_merged_model_that_predicts(tmp_path, reviews_csv):
+    from bertmem.experiment import predict_texts
+    from bertmem.models import load_model_and_tokenizer
+
+    out = tmp_path / "lora"
+    assert main(cli_args(reviews_csv, out, "--lora-r", "4", "--optimizer", "adamw8bit", "--freeze-layers", "1",
+                         "--save-model")) == 0
+    config = json.loads((out / "config.json").read_text())["train"]
+    assert (config["lora_r"], config["optimizer"], config["freeze_layers"]) == (4, "adamw8bit", 1)
+    saved = json.loads((out / "model" / "config.json").read_text())
+    assert "lora" not in json.dumps(saved).lower()  # merged: a plain transformers folder
+    model, tokenizer = load_model_and_tokenizer(str(out / "model"), num_labels=2)
+    assert not any("lora_" in name for name, _ in model.named_parameters())
+    predictions = predict_texts(model, tokenizer, ["a fine film", "a dull film"])
+    assert all(p["label"] in ("neg", "pos") for p in predictions)
+
+
 @pytest.mark.parametrize("extra, message", [
     (["--label-column", "stars"], "missing column"),
     (["--precision", "fp16"], "fp16"),

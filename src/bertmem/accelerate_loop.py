@@ -9,7 +9,7 @@ import torch
 from .accumulation import optimizer_steps
 from .precision import choose_precision
 from .profile import progress as progress_bar
-from .train import TrainConfig, TrainResult, evaluate, make_optimizer_and_scheduler
+from .train import TrainConfig, TrainResult, evaluate, make_optimizer_and_scheduler, prepare_trainable
 
 ACCELERATE_PRECISION = {"fp32": "no", "bf16": "bf16", "fp16": "fp16"}
 
@@ -78,6 +78,7 @@ def train_with_accelerate(model: torch.nn.Module, train_loader, config: TrainCon
                          "use accelerator.save_state/load_state and choose the micro-batch yourself")
     accelerator = accelerator or accelerator_for(config)
     set_seed(config.seed)
+    prepare_trainable(model, config)  # chapter 8's levers, before the optimizer
     if config.gradient_checkpointing:
         from .models import enable_gradient_checkpointing
 

@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the `bertmem` console script: bad arguments exit 2, an interrupted run 130/143, one line each."""
     from .interrupts import TrainingInterrupted, sigterm_interrupts
 
-    parser = build_parser()
+    parser = build_parser()  # get_profile() inside also quiets third-party import notices
     args = parser.parse_args(argv)
     try:
         with sigterm_interrupts():  # also while data and model load: no traceback on SIGTERM

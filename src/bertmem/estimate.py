@@ -9,6 +9,7 @@ from typing import Any, Iterator
 
 import torch
 
+from .footprint import adamw8bit_state_like, apply_lora, freeze_lower_layers, make_optimizer, quantization_maps
 from .models import enable_gradient_checkpointing
 from .memory import GIB, MemoryReport, _check_sizes, measure_step_memory
 from .precision import PRECISIONS
@@ -90,9 +91,13 @@ def _cuda_like_kernels(attention: str, device: str) -> Iterator[None]:
             setattr(functional, name, fn)
 
 
+ESTIMATED_OPTIMIZERS = ("adamw", "adamw8bit", "adafactor", "sgd", "none")
+
+
 @contextlib.contextmanager
 def _fake_step(config_or_model_id, batch_size: int, seq_len: int, attention: str, optimizer: str,
-               gradient_checkpointing: bool, attention_dropout: float | None, num_labels: int, device: str):
+               gradient_checkpointing: bool, attention_dropout: float | None, num_labels: int, device: str,
+               lora_r: int | None = None, freeze_layers: int = 0):
     """A FakeTensor model, batch and optimizer for one estimated step (no memory allocated)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     from transformers import AutoModelForSequenceClassification
@@ -104,6 +109,10 @@ def _fake_step(config_or_model_id, batch_size: int, seq_len: int, attention: str
     config.use_cache = False  # an encoder caches nothing; silences the checkpointing notice
     with torch.device("meta"):
         model = AutoModelForSequenceClassification.from_config(config, attn_implementation=attention)
+        if freeze_layers:
+            freeze_lower_layers(model, freeze_layers)
+        if lora_r is not None:
+            apply_lora(model, lora_r)
     with FakeTensorMode(allow_non_fake_inputs=True), _cuda_like_kernels(attention, device):
         model.to_empty(device="cpu")
         model.train()
@@ -112,10 +121,25 @@ def _fake_step(config_or_model_id, batch_size: int, seq_len: int, attention: str
         ids = torch.zeros(batch_size, seq_len, dtype=torch.long)
         batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "token_type_ids": torch.zeros_like(ids),
                  "labels": torch.zeros(batch_size, dtype=torch.long)}
+        trainable = [p for p in model.parameters() if p.requires_grad]
         opt = {"adamw": lambda p: torch.optim.AdamW(p, foreach=False),
+               "adafactor": lambda p: make_optimizer(p, "adafactor"),
+               "adamw8bit": _adamw8bit_stand_in,
                "sgd": lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, foreach=False),
-               "none": lambda p: None}[optimizer](model.parameters())
+               "none": lambda p: None}[optimizer](trainable)
         yield model, batch, opt
+
+
+def _adamw8bit_stand_in(params: list[torch.Tensor]) -> torch.optim.Optimizer:
+    """An optimizer holding bitsandbytes' 8-bit AdamW state layout (its kernels have no fake-tensor version).
+
+    The state exists before the step, as in every step after the first; the update itself (lr 0) works in
+    place like bitsandbytes' block-wise kernel, so the estimate counts the state, not the kernel's scratch.
+    """
+    opt = torch.optim.SGD(params, lr=0.0, foreach=False)
+    for index, param in enumerate(params):
+        opt.state[param] = {**adamw8bit_state_like(param), **(quantization_maps(param.device) if index == 0 else {})}
+    return opt
 
 
 def tracker_step_peak(config_or_model_id, batch_size: int, seq_len: int, precision: str = "fp32",
@@ -148,11 +172,12 @@ def tracker_step_peak(config_or_model_id, batch_size: int, seq_len: int, precisi
 def estimate_step_memory(config_or_model_id, batch_size: int, seq_len: int, precision: str = "fp32",
                          attention: str = "sdpa", optimizer: str = "adamw", gradient_checkpointing: bool = False,
                          attention_dropout: float | None = None, num_labels: int = 2,
-                         device: str = "cuda") -> MemoryReport:
+                         device: str = "cuda", lora_r: int | None = None, freeze_layers: int = 0) -> MemoryReport:
     """Estimate one training step without allocating memory, under FakeTensorMode (chapter 1).
 
     device='cuda' follows a GPU's kernel choices (fused memory-efficient attention, bool dropout masks,
-    fp32 layer norm and softmax under autocast); device='cpu' follows this machine's kernels.
+    fp32 layer norm and softmax under autocast); device='cpu' follows this machine's kernels. Chapter 8's
+    levers: `optimizer` 'adamw8bit' or 'adafactor', LoRA adapters of rank `lora_r`, `freeze_layers`.
     """
     if precision not in PRECISIONS:
         raise ValueError(f"unknown precision {precision!r}: use one of {PRECISIONS}")
@@ -160,15 +185,17 @@ def estimate_step_memory(config_or_model_id, batch_size: int, seq_len: int, prec
         raise ValueError(f"attention must be 'eager' or 'sdpa', got {attention!r}")
     if device not in ("cuda", "cpu"):
         raise ValueError(f"device must be 'cuda' or 'cpu', got {device!r}")
-    if optimizer not in ("adamw", "sgd", "none"):
-        raise ValueError(f"optimizer must be 'adamw', 'sgd' or 'none', got {optimizer!r}")
+    if optimizer not in ESTIMATED_OPTIMIZERS:
+        raise ValueError(f"optimizer must be one of {ESTIMATED_OPTIMIZERS}, got {optimizer!r}")
     with _fake_step(config_or_model_id, batch_size, seq_len, attention, optimizer, gradient_checkpointing,
-                    attention_dropout, num_labels, device) as (model, batch, opt):
+                    attention_dropout, num_labels, device, lora_r, freeze_layers) as (model, batch, opt):
         report = measure_step_memory(model, batch, opt, precision)
     report.device, report.estimated = f"{device} (estimated)", True
     report.notes = [f"estimated under FakeTensorMode for {device}: {attention} attention"
                     + (" (memory-efficient fused kernel)" if attention == "sdpa" and device == "cuda" else "")
-                    + f", {precision}, {optimizer}" + (", gradient checkpointing" if gradient_checkpointing else ""),
+                    + f", {precision}, {optimizer}" + (", gradient checkpointing" if gradient_checkpointing else "")
+                    + (f", LoRA r={lora_r}" if lora_r else "") + (f", {freeze_layers} layers frozen" if freeze_layers
+                                                                   else ""),
                     "excludes the CUDA context, allocator caching/fragmentation and kernel workspaces"]
     return report
 
@@ -190,16 +217,19 @@ def estimated_rows(model: str = "bert-base-uncased", seq_len: int = 512, effecti
     The peak is the most memory alive at one moment of a steady-state step (the timeline), not the sum of
     weights, gradients, optimizer state and activations, which no moment of the step holds at once.
     """
+    from .footprint import LORA_RANK
+
     micro = effective_batch // accumulation
-    specs = {"fp32 baseline": (effective_batch, "eager", "fp32", False),
-             "accumulation ×4": (micro, "eager", "fp32", False),
-             "mixed precision + accumulation": (micro, "eager", "bf16", False),
-             "full recipe": (micro, "sdpa", "bf16", False),
-             "full + gradient checkpointing": (micro, "sdpa", "bf16", True)}
+    specs = {"fp32 baseline": (effective_batch, "eager", "fp32", False, None),
+             "accumulation ×4": (micro, "eager", "fp32", False, None),
+             "mixed precision + accumulation": (micro, "eager", "bf16", False, None),
+             "full recipe": (micro, "sdpa", "bf16", False, None),
+             "full + gradient checkpointing": (micro, "sdpa", "bf16", True, None),
+             "smallest footprint": (micro, "sdpa", "bf16", True, LORA_RANK)}  # + LoRA (chapter 8)
     rows = []
-    for variant, (batch, attention, precision, ckpt) in specs.items():
+    for variant, (batch, attention, precision, ckpt, lora_r) in specs.items():
         r = estimate_step_memory(model, batch, seq_len, precision=precision, attention=attention,
-                                 gradient_checkpointing=ckpt)
+                                 gradient_checkpointing=ckpt, lora_r=lora_r)
         rows.append({"variant": variant, "micro-batch": batch, "attention": attention, "precision": precision,
                      "activations (GiB)": r.activations / GIB, "estimated peak (GiB)": r.step_peak / GIB,
                      "peak during": r.peak_phase, "sum of categories (GiB)": r.total / GIB})

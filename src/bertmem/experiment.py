@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from .checkpoint import CHECKPOINT_NAME
+from .footprint import has_lora, merge_lora
 from .loaders import DataConfig, build_loaders, load_frames
 from .models import ATTENTION_IMPLEMENTATIONS, classifier_from_config, load_classifier, load_tokenizer, tiny_bert_config
 from .devices import require_device, resolve_device
@@ -198,7 +199,10 @@ def write_outputs(folder: Path, run: RunConfig, data: DataConfig, config: TrainC
     ax.set_title(f"{run.model} on {Path(data.dataset).name}")
     ax.figure.savefig(folder / "loss.png", dpi=120, bbox_inches="tight")
     if run.save_model:
-        getattr(model, "module", model).save_pretrained(folder / "model")
+        model = getattr(model, "module", model)
+        if has_lora(model):  # saved merged: a plain transformers folder that loads without peft (chapter 8)
+            merge_lora(model)
+        model.save_pretrained(folder / "model")
         tokenizer.save_pretrained(folder / "model")
 
 

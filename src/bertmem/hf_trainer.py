@@ -61,7 +61,7 @@ def train_with_trainer(model: torch.nn.Module, train_loader, config, output_dir:
     from transformers import Trainer, TrainingArguments
 
     from .precision import choose_precision
-    from .train import TrainResult, make_optimizer_and_scheduler
+    from .train import TrainResult, make_optimizer_and_scheduler, prepare_trainable
 
     if config.resume or config.checkpoint_dir or config.oom_backoff:
         raise ValueError("checkpoint_dir/resume/oom_backoff belong to bertmem.train.train; the Trainer has its own "
@@ -79,6 +79,7 @@ def train_with_trainer(model: torch.nn.Module, train_loader, config, output_dir:
                              fp16=choice.precision == "fp16", **checkpointing_arguments(config.gradient_checkpointing),
                              max_grad_norm=config.max_grad_norm or 0.0,
                              accelerator_config={"use_seedable_sampler": False})  # keep our loader's order
+    prepare_trainable(model, config)  # chapter 8's levers, before the optimizer
     optimizer, scheduler = make_optimizer_and_scheduler(model, config, total)
 
     class LoaderTrainer(Trainer):  # train on exactly our batches, in our order

@@ -20,7 +20,7 @@ GIB = 1024**3
 # fragments. Both are parameters: pass the values your card measures (a GPU run can replace these defaults).
 CUDA_CONTEXT_BYTES = 512 * 2**20
 ALLOCATOR_MARGIN = 0.10  # fraction of the estimated peak
-OPTIMIZERS = ("adamw", "sgd", "none")
+OPTIMIZERS = ("adamw", "adamw8bit", "adafactor", "sgd", "none")
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
           "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
 
@@ -53,6 +53,8 @@ class PlanRequest:
         "flag": "--cuda-context", "parse": str, "cli_default": f"{CUDA_CONTEXT_BYTES // 2**20}MiB"})
     allocator_margin: float = field(default=ALLOCATOR_MARGIN, metadata={
         "help": "extra fraction of the peak for allocator rounding and fragmentation"})
+    lora_r: int | None = field(default=None, metadata={"help": "LoRA rank: train adapters, not the encoder"})
+    freeze_layers: int = field(default=0, metadata={"help": "frozen embeddings + bottom encoder layers"})
     kernels: str = field(default="cuda", metadata={  # whose kernel choices the estimate follows
         "help": "whose kernel choices to estimate: a GPU's or this CPU's", "choices": ("cuda", "cpu")})
 
@@ -115,7 +117,8 @@ def estimate_for(request: PlanRequest, batch: int):
 
     return estimate_step_memory(request.model, batch, request.max_length, precision=request.precision,
                                 attention=request.attention, optimizer=request.optimizer,
-                                gradient_checkpointing=request.gradient_checkpointing, device=request.kernels)
+                                gradient_checkpointing=request.gradient_checkpointing, device=request.kernels,
+                                lora_r=request.lora_r, freeze_layers=request.freeze_layers)
 
 
 def plan_micro_batch(request: PlanRequest, max_batch: int = 1024) -> Plan:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import random
 import sys
@@ -81,6 +82,7 @@ def get_profile(name: str | None = None, env: Mapping[str, str] | None = None) -
     """The GPU profile when CUDA is present, else the CPU one (or BERTMEM_PROFILE); BERTMEM_* override fields."""
     env = os.environ if env is None else env
     quiet_progress_import()  # before transformers imports tqdm.auto and warns with this machine's paths
+    quiet_bitsandbytes_notice()  # transformers and peft import bitsandbytes when it is installed
     name = (name or env.get(ENV_PREFIX + "PROFILE") or ("gpu" if torch.cuda.is_available() else "cpu")).lower()
     if name not in PROFILES:
         raise ValueError(f"unknown profile {name!r}: use one of {PROFILES} (or unset {ENV_PREFIX}PROFILE)")
@@ -112,6 +114,21 @@ def quiet_progress_import() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         import tqdm.auto  # noqa: F401  (cached: later imports, e.g. by transformers, do not warn again)
+
+
+def _no_kernel_notice(record: logging.LogRecord) -> bool:
+    """False for bitsandbytes' notice that optional 4-bit CPU kernels (which the book never uses) are missing."""
+    return "kernels-community" not in record.getMessage()
+
+
+def quiet_bitsandbytes_notice() -> None:
+    """Drop that one notice, whoever imports bitsandbytes (transformers, peft, chapter 8) (all chapters).
+
+    It comes at import or at the first CPU operation, so a filter stays on its logger; other messages pass.
+    """
+    logger = logging.getLogger("bitsandbytes.backends.cpu.ops")
+    if _no_kernel_notice not in logger.filters:
+        logger.addFilter(_no_kernel_notice)
 
 
 def text_bar_in_notebook(bar_class) -> bool:

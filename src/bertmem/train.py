@@ -17,6 +17,7 @@ from .checkpoint import (capture_rng, check_resume_settings, dataset_fingerprint
                          restore_rng, save_checkpoint)
 from .baseline import TrainResult, evaluate  # noqa: F401  (chapter 0's pieces, re-exported for callers)
 from .batching import dataset_size
+from .footprint import OPTIMIZER_NAMES, apply_lora, freeze_lower_layers, has_lora, make_optimizer
 from .devices import model_device, require_device, synchronize
 from .interrupts import TrainingInterrupted, stops_on_sigterm
 from .precision import REQUESTS, MixedPrecision, check_finite, choose_precision
@@ -67,6 +68,13 @@ class TrainConfig:
     resume: bool = field(default=False, metadata={"help": "continue from the checkpoint in the output folder"})
     oom_backoff: bool = field(default=False, metadata={
         "help": "on out-of-memory halve the micro-batch, double the accumulation (chapter 5)"})
+    optimizer: str = field(default="adamw", metadata={
+        "help": "adamw (8 bytes of state per parameter), adamw8bit (about 2) or adafactor (factored, "
+                "no first moment) (chapter 8)", "choices": OPTIMIZER_NAMES})
+    lora_r: int | None = field(default=None, metadata={
+        "help": "train LoRA adapters of this rank and the head, not the encoder (chapter 8)"})
+    freeze_layers: int = field(default=0, metadata={
+        "help": "freeze the embeddings and this many bottom encoder layers (chapter 8)"})
 
     @classmethod
     def from_profile(cls, profile: Profile, **overrides) -> "TrainConfig":
@@ -94,6 +102,12 @@ class TrainConfig:
             raise ValueError(f"precision must be one of {REQUESTS}, got {self.precision!r}")
         if self.layerwise_decay is not None and not 0 < self.layerwise_decay <= 1:
             raise ValueError(f"layerwise_decay must be in (0, 1] or None, got {self.layerwise_decay}")
+        if self.optimizer not in OPTIMIZER_NAMES:
+            raise ValueError(f"optimizer must be one of {OPTIMIZER_NAMES}, got {self.optimizer!r}")
+        if self.lora_r is not None and (not isinstance(self.lora_r, int) or self.lora_r < 1):
+            raise ValueError(f"lora_r must be an int >= 1 or None (full fine-tuning), got {self.lora_r!r}")
+        if not isinstance(self.freeze_layers, int) or self.freeze_layers < 0:
+            raise ValueError(f"freeze_layers must be an int >= 0, got {self.freeze_layers!r}")
         if self.max_steps is not None and self.max_steps < 1:
             raise ValueError(f"max_steps must be >= 1 or None, got {self.max_steps}")
         every = self.checkpoint_every
@@ -109,7 +123,7 @@ class TrainConfig:
 
 
 def make_optimizer_and_scheduler(model: torch.nn.Module, config: TrainConfig, total_steps: int):
-    """AdamW (one group, or chapter 4's layer-wise groups) plus linear warmup/decay (chapter 0)."""
+    """AdamW (or chapter 8's choice; one group or chapter 4's layer-wise groups), warmup/decay (chapter 0)."""
     from transformers import get_linear_schedule_with_warmup
 
     from .llrd import layerwise_param_groups
@@ -118,10 +132,18 @@ def make_optimizer_and_scheduler(model: torch.nn.Module, config: TrainConfig, to
         params = [p for p in model.parameters() if p.requires_grad]
     else:
         params = layerwise_param_groups(model, config.learning_rate, config.layerwise_decay, config.weight_decay)
-    optimizer = torch.optim.AdamW(params, lr=config.learning_rate, weight_decay=config.weight_decay,
-                                  fused=use_fused_adamw(config, model))
+    fused = config.optimizer == "adamw" and use_fused_adamw(config, model)
+    optimizer = make_optimizer(params, config.optimizer, config.learning_rate, config.weight_decay, fused=fused)
     warmup = math.ceil(config.warmup_ratio * total_steps)
     return optimizer, get_linear_schedule_with_warmup(optimizer, warmup, total_steps)
+
+
+def prepare_trainable(model: torch.nn.Module, config: TrainConfig) -> None:
+    """Chapter 8's levers, once, before the optimizer exists: freeze lower layers, add LoRA adapters."""
+    if config.freeze_layers:
+        freeze_lower_layers(model, config.freeze_layers)
+    if config.lora_r is not None and not has_lora(model):  # a model resumed or trained again keeps its own
+        apply_lora(model, config.lora_r)
 
 
 def use_fused_adamw(config: TrainConfig, model: torch.nn.Module) -> bool:
@@ -168,6 +190,7 @@ def train(model: torch.nn.Module, train_loader: DataLoader, config: TrainConfig,
     if config.device is not None:  # asked for a device: place the model there once; helpers follow it
         model.to(require_device(config.device))
     device = model_device(model)
+    prepare_trainable(model, config)
     if config.gradient_checkpointing:
         enable_gradient_checkpointing(model)
     steps_per_epoch, total = optimizer_steps(len(train_loader), config.accumulation_steps, config.epochs,

@@ -123,13 +123,17 @@ _SIZES = {
             "05": dict(train_size=512, eval_size=200, max_length=128, effective_batch=16, seeds=(0, 1)),
             "06-warmup": dict(dataset="rotten_tomatoes", train_size=320, eval_size=300, max_length=64,
                               precision="auto"),
-            "06-truncation": dict(dataset="imdb", train_size=600, eval_size=400, max_length=128, precision="auto")},
+            "06-truncation": dict(dataset="imdb", train_size=600, eval_size=400, max_length=128, precision="auto"),
+            "08": dict(dataset="rotten_tomatoes", train_size=768, eval_size=400, max_length=64, precision="auto",
+                       seeds=(0, 1, 2))},
     "gpu": {"03": dict(train_size=1000, eval_size=500),
             "04": dict(train_size=1000, eval_size=500, precision="auto"),
             "05": dict(train_size=500, eval_size=300, effective_batch=32, seeds=(0, 1)),
             "06-warmup": dict(dataset="rotten_tomatoes", train_size=320, eval_size=300, max_length=64,
                               precision="auto"),
-            "06-truncation": dict(dataset="imdb", train_size=600, eval_size=400, max_length=128, precision="auto")},
+            "06-truncation": dict(dataset="imdb", train_size=600, eval_size=400, max_length=128, precision="auto"),
+            "08": dict(dataset="rotten_tomatoes", train_size=2000, eval_size=1000, max_length=64, precision="auto",
+                       seeds=(0, 1, 2))},
 }
 _SIZES["full"] = {**_SIZES["gpu"], "03": {}, "04": dict(precision="auto"),
                   "05": dict(effective_batch=32, seeds=(0, 1, 2))}
@@ -170,7 +174,7 @@ class Run:
 
 def chapter_runs(profile: Profile) -> dict[str, list[Run]]:
     """The fine-tunes each chapter executes under a profile, as its notebook runs them (intro, setup cells)."""
-    sizes = {c: chapter_sizes(c, profile) for c in ("00", "03", "04", "05", "06-warmup", "06-truncation")}
+    sizes = {c: chapter_sizes(c, profile) for c in ("00", "03", "04", "05", "06-warmup", "06-truncation", "08")}
     bench, rounds = sizes["05"], len(sizes["05"].seeds)  # the bench runs every variant once per seed
     return {
         "00": [Run(sizes["00"], epochs=profile.epochs, evaluations=profile.epochs + 1)],  # + before training
@@ -178,9 +182,11 @@ def chapter_runs(profile: Profile) -> dict[str, list[Run]]:
         "03": [Run(sizes["03"], precision="fp32"), Run(sizes["03"], precision="auto")],
         "04": [Run(sizes["04"], epochs=profile.epochs, repeats=9)],
         "05": [Run(bench, repeats=2 * rounds, precision="fp32"), Run(bench, repeats=2 * rounds, precision="auto"),
-               Run(bench, repeats=rounds, precision="auto", recompute=4 / 3)],
+               Run(bench, repeats=2 * rounds, precision="auto", recompute=4 / 3)],  # + smallest footprint
         "06": [Run(sizes["06-warmup"], epochs=2, repeats=2), Run(sizes["06-truncation"], repeats=2)],
         "07": [], "A1": [],
+        # five levers per seed, and LoRA once more at the full fine-tuning rate (its failure mode)
+        "08": [Run(sizes["08"], repeats=5 * len(sizes["08"].seeds) + 1)],
     }
 
 

@@ -1,0 +1,161 @@
+"""Chapter 8's levers: freezing, LoRA (and merging it for saving), 8-bit and factored optimizer state."""
+
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+from bertmem.demos import synthetic_batch
+from bertmem.estimate import estimate_step_memory
+from bertmem.footprint import (apply_lora, freeze_lower_layers, has_lora, lora_target_modules, make_optimizer,
+                               merge_lora, trainable_share)
+from bertmem.memory import measure_step_memory
+from bertmem.models import classifier_from_config, tiny_bert_config, tiny_classifier
+from bertmem.planner import PlanRequest, plan_micro_batch
+from bertmem.train import TrainConfig, train
+
+CONFIG = tiny_bert_config(hidden_size=256, intermediate_size=1024, num_attention_heads=4, num_hidden_layers=2,
+                          attention_probs_dropout_prob=0.1)
+
+
+def padded_batch(b=8, s=64):
+    ids = torch.randint(5, 1000, (b, s), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones_like(ids)
+    mask[0, s // 2:] = 0
+    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids),
+            "labels": torch.zeros(b, dtype=torch.long)}
+
+
+def test_freezing_stops_embeddings_and_bottom_layers():
+    model = tiny_classifier(seed=0)
+    frozen = freeze_lower_layers(model, 1)
+    names = [n for n, p in model.named_parameters() if not p.requires_grad]
+    assert frozen == sum(p.numel() for p in model.parameters() if not p.requires_grad)
+    assert all(n.startswith(("bert.embeddings.", "bert.encoder.layer.0.")) for n in names)
+    assert any(n.startswith("bert.embeddings.") for n in names) and any(".layer.0." in n for n in names)
+    with pytest.raises(ValueError, match=r"freeze_layers must be in \[0, 2\]"):
+        freeze_lower_layers(tiny_classifier(seed=0), 3)
+
+
+def test_lora_targets_query_and_value_and_trains_only_adapters_and_head():
+    model = tiny_classifier(seed=0, dropout=0.0).eval()
+    assert lora_target_modules(model) == ["query", "value"]
+    batch = synthetic_batch(4)
+    with torch.no_grad():
+        before = model(**batch).logits
+    trainable = apply_lora(model, r=4)
+    with torch.no_grad():
+        after = model(**batch).logits
+    assert torch.equal(before, after)  # B starts at zero: the adapted model is the pretrained one
+    names = [n for n, p in model.named_parameters() if p.requires_grad]
+    assert names and all("lora_" in n or n.startswith("classifier.") for n in names)
+    assert trainable == sum(p.numel() for p in model.parameters() if p.requires_grad)
+    assert 0 < trainable_share(model) < 0.1 and has_lora(model)
+    with pytest.raises(ValueError, match="no query/value projections"):
+        lora_target_modules(torch.nn.Sequential(torch.nn.Linear(2, 2)))
+
+
+def test_merged_lora_gives_the_same_logits_and_saves_a_plain_model(tmp_path):
+    from transformers import AutoModelForSequenceClassification
+
+    model = tiny_classifier(seed=0, dropout=0.0).eval()
+    apply_lora(model, r=4)
+    for name, param in model.named_parameters():
+        if "lora_B" in name:
+            torch.nn.init.normal_(param)  # as after training: the adapters now change the output
+    batch = synthetic_batch(4)
+    with torch.no_grad():
+        adapted = model(**batch).logits
+        merged = merge_lora(model)(**batch).logits
+    assert torch.allclose(adapted, merged, atol=1e-5) and not has_lora(model)
+    model.save_pretrained(tmp_path / "model")
+    reloaded = AutoModelForSequenceClassification.from_pretrained(tmp_path / "model").eval()
+    with torch.no_grad():
+        assert torch.allclose(reloaded(**batch).logits, merged, atol=1e-6)
+
+
+def test_optimizer_choices_and_their_state_bytes():
+    sizes = {}
+    for name in ("adamw", "adamw8bit", "adafactor"):
+        model = classifier_from_config(CONFIG, "eager").train()
+        report = measure_step_memory(model, padded_batch(), make_optimizer(list(model.parameters()), name))
+        sizes[name] = report.optimizer_state / report.parameters * 4  # bytes of state per parameter
+    assert sizes["adamw"] == pytest.approx(8, rel=0.01)
+    assert 1.9 < sizes["adamw8bit"] < 2.3  # two uint8 moments, a scale per 256, fp32 for tiny tensors
+    assert sizes["adafactor"] < 0.1  # a row and a column per matrix, no first moment
+    with pytest.raises(ValueError, match="optimizer must be one of"):
+        make_optimizer([torch.nn.Parameter(torch.zeros(1))], "lion")
+
+
+@pytest.mark.parametrize("optimizer, lora_r, freeze", [("adamw8bit", None, 0), ("adafactor", None, 0),
+                                                       ("adamw", 8, 0), ("adamw", None, 1)])
+def test_the_estimate_knows_each_lever(optimizer, lora_r, freeze):
+    estimate = estimate_step_memory(CONFIG, 8, 64, optimizer=optimizer, lora_r=lora_r, freeze_layers=freeze,
+                                    device="cpu", attention="eager")
+    torch.manual_seed(0)
+    model = classifier_from_config(CONFIG, "eager").train()
+    if freeze:
+        freeze_lower_layers(model, freeze)
+    if lora_r:
+        apply_lora(model, lora_r)
+    real = measure_step_memory(model, padded_batch(),
+                               make_optimizer([p for p in model.parameters() if p.requires_grad], optimizer))
+    assert (estimate.optimizer_state, estimate.gradients, estimate.activations) == (
+        real.optimizer_state, real.gradients, real.activations)
+    assert estimate.step_peak == pytest.approx(real.step_peak, rel=0.001)
+
+
+def test_lora_in_the_loop_leaves_the_pretrained_weights_alone():
+    model = tiny_classifier(seed=0)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    examples = [dict(zip(("input_ids", "attention_mask", "labels"), row))
+                for row in zip(*synthetic_batch(32, generator=torch.Generator().manual_seed(1)).values())]
+    train(model, DataLoader(examples, batch_size=8), TrainConfig(learning_rate=1e-2, lora_r=4, progress=False,
+                                                                 optimizer="adamw8bit"))
+    after = {n.replace(".base_layer", ""): p for n, p in model.named_parameters()}  # LoRA wraps the base
+    assert all(torch.equal(before[n], after[n]) for n in before if not n.startswith("classifier."))
+    assert not torch.equal(before["classifier.weight"], after["classifier.weight"])
+    assert any("lora_B" in n and p.abs().sum() > 0 for n, p in after.items())  # the adapters learned
+
+
+@pytest.mark.parametrize("kwargs, message", [(dict(optimizer="lion"), "optimizer must be one of"),
+                                             (dict(lora_r=0), "lora_r must be an int >= 1"),
+                                             (dict(freeze_layers=-1), "freeze_layers must be an int >= 0")])
+def test_recipe_rejects_bad_levers(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        TrainConfig(**kwargs)
+
+
+def test_the_planner_includes_the_levers():
+    base = PlanRequest(model="bert-base-uncased", memory_bytes=15 * 2**30, precision="fp16")
+    lora = PlanRequest(model="bert-base-uncased", memory_bytes=15 * 2**30, precision="fp16", lora_r=8)
+    full_plan, lora_plan = plan_micro_batch(base), plan_micro_batch(lora)
+    assert lora_plan.breakdown["optimizer state"] < full_plan.breakdown["optimizer state"] / 50
+    assert lora_plan.estimated_peak_bytes < full_plan.estimated_peak_bytes
+
+
+def test_eight_bit_state_skips_tiny_tensors():
+    from bertmem.footprint import state_bytes_per_value
+
+    assert state_bytes_per_value(4095, "adamw8bit") == 8.0  # under bitsandbytes' 4096: fp32 moments
+    assert 2.0 < state_bytes_per_value(4096, "adamw8bit") < 2.6  # uint8 moments, scales, the shared maps
+    assert state_bytes_per_value(4096, "adafactor") == pytest.approx(4.0, abs=0.01)  # a vector: not factored
+
+
+def test_levers_side_by_side_on_a_tiny_model(tmp_path, synthetic_frame):
+    from bertmem.experiment import RunConfig
+    from bertmem.levers import FULL, lever_recipes, run_levers
+    from bertmem.loaders import DataConfig
+
+    path = tmp_path / "reviews.csv"
+    synthetic_frame.to_csv(path, index=False)
+    recipes = lever_recipes(TrainConfig(learning_rate=1e-3, device="cpu"), num_layers=2)
+    assert recipes["8-bit AdamW"].optimizer == "adamw8bit" and recipes["LoRA r=8"].learning_rate == 1e-2
+    assert recipes["frozen lower 1 of 2 layers"].freeze_layers == 1
+    chosen = {k: recipes[k] for k in (FULL, "LoRA r=8", "frozen lower 1 of 2 layers")}
+    rows = run_levers(RunConfig(model="tiny-bert"), DataConfig(dataset=str(path), train_size=32, eval_size=16,
+                                                               max_length=16, batch_size=8), chosen, seeds=(0, 1))
+    by_lever = {r["lever"]: r for r in rows}
+    assert list(by_lever) == list(chosen) and all(len(r["accuracies"]) == 2 for r in rows)
+    assert by_lever[FULL]["trainable share"] == 1.0 and by_lever["LoRA r=8"]["trainable share"] < 0.2
+    assert by_lever["LoRA r=8"]["optimizer state (MiB)"] < by_lever[FULL]["optimizer state (MiB)"] / 5
+    assert "accuracy Δ vs noise" in by_lever["LoRA r=8"] and "accuracy Δ vs noise" not in by_lever[FULL]
