@@ -109,8 +109,7 @@ def test_lora_in_the_loop_leaves_the_pretrained_weights_alone():
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     examples = [dict(zip(("input_ids", "attention_mask", "labels"), row))
                 for row in zip(*synthetic_batch(32, generator=torch.Generator().manual_seed(1)).values())]
-    train(model, DataLoader(examples, batch_size=8), TrainConfig(learning_rate=1e-2, lora_r=4, progress=False,
-                                                                 optimizer="adamw8bit"))
+    train(model, DataLoader(examples, batch_size=8), TrainConfig(learning_rate=1e-2, lora_r=4, progress=False))
     after = {n.replace(".base_layer", ""): p for n, p in model.named_parameters()}  # LoRA wraps the base
     assert all(torch.equal(before[n], after[n]) for n in before if not n.startswith("classifier."))
     assert not torch.equal(before["classifier.weight"], after["classifier.weight"])
@@ -159,3 +158,23 @@ def test_levers_side_by_side_on_a_tiny_model(tmp_path, synthetic_frame):
     assert by_lever[FULL]["trainable share"] == 1.0 and by_lever["LoRA r=8"]["trainable share"] < 0.2
     assert by_lever["LoRA r=8"]["optimizer state (MiB)"] < by_lever[FULL]["optimizer state (MiB)"] / 5
     assert "accuracy Δ vs noise" in by_lever["LoRA r=8"] and "accuracy Δ vs noise" not in by_lever[FULL]
+
+
+def test_lora_with_frozen_layers_freezes_their_adapters_too_and_keeps_the_pooler_frozen():
+    from bertmem.train import prepare_trainable
+
+    model = tiny_classifier(seed=0)
+    prepare_trainable(model, TrainConfig(lora_r=4, freeze_layers=1))
+    trained = [n for n, p in model.named_parameters() if p.requires_grad]
+    assert trained and not any(".layer.0." in n for n in trained)  # the frozen layer's adapters too
+    assert any(".layer.1." in n and "lora_" in n for n in trained) and "classifier.weight" in trained
+    assert not any("pooler" in n for n in trained)  # BERT's pooler is pretrained: part of the frozen encoder
+
+
+def test_the_linear_guess_agrees_with_the_planner_for_bert_base():
+    from bertmem.levers import FULL, estimated_lever_rows
+
+    rows = {r["lever"]: r for r in estimated_lever_rows("bert-base-uncased", cards_gb=(16,))}
+    plan = plan_micro_batch(PlanRequest(model="bert-base-uncased", memory_bytes=16 * 10**9, precision="fp16",
+                                        effective_batch=1024))
+    assert rows[FULL]["largest micro-batch, 16 GB"] == plan.largest_fitting_batch

@@ -35,7 +35,7 @@ def test_table_has_every_strategy_and_one_device_equals_ddp():
 def test_zero_offload_keeps_only_sixteen_bit_weights_and_buckets_on_the_gpu():
     from bertmem.scaling import offload_bytes
 
-    out = offload_bytes(1000, 500, bucket_bytes=300)
+    out = offload_bytes(1000, 500, bucket_elements=150)  # 150 16-bit values: 300 bytes
     assert out["gpu"]["total"] == 2 * 1000 + 300 + 500 and out["cpu"]["total"] == 16 * 1000
     assert offload_bytes(1000, 0)["gpu"]["gradient buckets (16-bit)"] == 2 * 1000  # capped at the gradients
     with pytest.raises(ValueError):

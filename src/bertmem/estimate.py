@@ -109,10 +109,10 @@ def _fake_step(config_or_model_id, batch_size: int, seq_len: int, attention: str
     config.use_cache = False  # an encoder caches nothing; silences the checkpointing notice
     with torch.device("meta"):
         model = AutoModelForSequenceClassification.from_config(config, attn_implementation=attention)
+        if lora_r is not None:  # the order of train.prepare_trainable
+            apply_lora(model, lora_r)
         if freeze_layers:
             freeze_lower_layers(model, freeze_layers)
-        if lora_r is not None:
-            apply_lora(model, lora_r)
     with FakeTensorMode(allow_non_fake_inputs=True), _cuda_like_kernels(attention, device):
         model.to_empty(device="cpu")
         model.train()

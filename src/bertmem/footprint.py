@@ -22,11 +22,10 @@ OPTIMIZER_NAMES = ("adamw", "adamw8bit", "adafactor")
 # The attention projections LoRA adapts in each BERT-family architecture, by the names its modules use
 # (Hu et al. 2021 adapt the query and value projections).
 LORA_TARGETS = ({"query", "value"}, {"q_lin", "v_lin"}, {"query_proj", "value_proj"})
-CLASSIFIER_NAMES = ("classifier", "score")
-LORA_RANK = 8  # the book's default rank (Hu et al. 2022 find ranks 4-8 enough for RoBERTa on GLUE)
+LORA_RANK = 8  # the book's default rank, as in Hu et al. (2022)'s RoBERTa experiments
 # Adapters start at zero and move the model only through a low-rank product, so they take larger steps than
-# full fine-tuning: Hu et al. (2022, Table 9) train RoBERTa-base's at 4e-4-5e-4 where full fine-tuning uses
-# 1e-5-3e-5. The bench and chapter 8 use ten times the recipe's rate.
+# full fine-tuning: Hu et al. (2022) train RoBERTa-base's adapters at 4e-4 to 5e-4, where Devlin et al.
+# (2019) fine-tune all of BERT at 2e-5 to 5e-5. The bench and chapter 8 use ten times the recipe's rate.
 LORA_LR_FACTOR = 10
 
 
@@ -67,10 +66,13 @@ def lora_target_modules(model: nn.Module) -> list[str]:
 
 def apply_lora(model: nn.Module, r: int = 8, alpha: int | None = None, dropout: float = 0.1,
                target_modules: Iterable[str] | None = None) -> int:
-    """Add LoRA adapters in place; train only them and the classifier head; return trainable parameters (ch. 8).
+    """Add LoRA adapters in place; train only them and the head; return the trainable parameters (ch. 8).
 
-    The model stays a transformers model (peft's `inject_adapter_in_model`), so the loop, evaluation and
-    predictions see no difference; `merge_lora` folds the adapters back for saving.
+    The head is everything outside the pretrained encoder (`base_model_prefix`): BERT's classifier,
+    DistilBERT's pre-classifier and classifier, DeBERTa's pooler and classifier. BERT's pooler is part of
+    the pretrained encoder and stays frozen. The model stays a transformers model (peft's
+    `inject_adapter_in_model`), so the loop, evaluation and predictions see no difference; `merge_lora`
+    folds the adapters back for saving.
     """
     with _quiet_bitsandbytes():
         from peft import LoraConfig, inject_adapter_in_model
@@ -82,8 +84,9 @@ def apply_lora(model: nn.Module, r: int = 8, alpha: int | None = None, dropout: 
     training = model.training
     inject_adapter_in_model(config, model)
     model.train(training)  # new modules start in training mode: LoRA's dropout must follow the model's mode
-    for name, param in model.named_parameters():  # the new head must learn: it is not pretrained
-        param.requires_grad_("lora_" in name or name.split(".")[0] in CLASSIFIER_NAMES)
+    encoder = getattr(model, "base_model_prefix", "") + "."
+    for name, param in model.named_parameters():  # the head outside the pretrained encoder must learn
+        param.requires_grad_("lora_" in name or not name.startswith(encoder))
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 
@@ -169,11 +172,12 @@ def quantization_maps(device) -> dict[str, torch.Tensor]:
     return {name: torch.zeros(256, dtype=torch.float32, device=device) for name in ("qmap1", "qmap2")}
 
 
-def state_bytes_per_value(numel: int, name: str = "adamw8bit") -> float:
-    """Optimizer-state bytes per value of one tensor of `numel` values after a step (chapter 8)."""
+def state_bytes_per_value(shape: int | tuple[int, ...], name: str = "adamw8bit") -> float:
+    """Optimizer-state bytes per value of one tensor of this shape after a step (chapter 8)."""
     from .memory import optimizer_state_bytes
 
-    param = torch.nn.Parameter(torch.zeros(numel))
+    param = torch.nn.Parameter(torch.zeros(shape))
+    numel = param.numel()
     param.grad = torch.full_like(param, 1e-3)
     optimizer = make_optimizer([param], name, lr=1e-3)
     optimizer.step()

@@ -20,7 +20,7 @@ from .models import find_encoder_layers
 from .precision import choose_precision
 from .profile import progress, seed_everything
 from .stats import compare_accuracies, summarize
-from .train import TrainConfig, prepare_trainable, train
+from .train import TrainConfig, prepare_trainable, train, use_fused_adamw
 
 MIB, GIB = 2**20, 2**30
 FULL = "full fine-tuning (AdamW)"
@@ -42,7 +42,8 @@ def lever_memory(model: torch.nn.Module, batch: dict, recipe: TrainConfig) -> di
     prepare_trainable(model, recipe)
     model.train()
     trainable = [p for p in model.parameters() if p.requires_grad]
-    optimizer = make_optimizer(trainable, recipe.optimizer, recipe.learning_rate, recipe.weight_decay)
+    fused = recipe.optimizer == "adamw" and use_fused_adamw(recipe, model)  # as the training run uses it
+    optimizer = make_optimizer(trainable, recipe.optimizer, recipe.learning_rate, recipe.weight_decay, fused=fused)
     device = next(model.parameters()).device.type
     precision = choose_precision(recipe.precision, device, verbose=False).precision
     report = measure_step_memory(model, batch, optimizer, precision)
@@ -79,10 +80,12 @@ def run_levers(run: RunConfig, data: DataConfig, recipes: dict[str, TrainConfig]
             if recipe.device is not None:
                 model.to(recipe.device)
             loaders = build_loaders(data, tokenizer, frames, seed=seed)
-            if lever not in memory:
+            if lever not in memory:  # a spare model and loader: the run's own order and weights stay untouched
                 spare, _ = build_model(run, names, data.max_length)
-                widest = max(loaders.train, key=lambda b: b["input_ids"].numel())
+                batches = build_loaders(data, tokenizer, frames, seed=seed).train
+                widest = max(batches, key=lambda b: b["input_ids"].numel())
                 memory[lever] = lever_memory(spare.to(next(model.parameters()).device), widest, recipe)
+                del spare
             result = train(model, loaders.train, recipe, loaders.eval)
             runs[lever].append({"accuracy": result.final_metrics["accuracy"],
                                 "macro_f1": result.final_metrics["macro_f1"],
@@ -119,7 +122,8 @@ def estimated_lever_rows(model: str = "bert-base-uncased", seq_len: int = 512, m
     `micro_batch` and twice that many examples give the largest micro-batch each card holds, with the
     planner's CUDA context and allocator margin added (the planner confirms such a guess with more steps).
     ZeRO-Offload (DeepSpeed, CUDA only) is counted from the full fine-tuning step's activations
-    (`scaling.offload_bytes`).
+    (`scaling.offload_bytes`): its row sums weights, gradient buckets and activations, an upper bound where the
+    other rows give the step's peak; its gradients column is the 16-bit buckets in flight.
     """
     from .estimate import estimate_step_memory, model_config
     from .planner import PlanRequest
@@ -135,17 +139,21 @@ def estimated_lever_rows(model: str = "bert-base-uncased", seq_len: int = 512, m
     for lever, kwargs in levers.items():
         one, two = (estimate_step_memory(config, b, seq_len, precision=precision, attention="sdpa", **kwargs)
                     for b in (micro_batch, 2 * micro_batch))
+        if one.peak_phase != two.peak_phase:
+            raise ValueError(f"{lever}: the peak moves from {one.peak_phase} to {two.peak_phase} between "
+                             f"{micro_batch} and {2 * micro_batch} examples; pass a larger micro_batch")
         slope = (two.step_peak - one.step_peak) / micro_batch
         lines[lever] = (one.step_peak - slope * micro_batch, slope)
         rows.append({"model": model, "lever": lever, "optimizer state (GiB)": one.optimizer_state / GIB,
                      "gradients (GiB)": one.gradients / GIB, "activations (GiB)": one.activations / GIB})
         if lever == FULL:  # 16-bit weights and gradient buckets on the GPU, the activations as before
-            offload = offload_bytes(one.parameters // 4, 0, half_bytes=2)["gpu"]["total"]
+            offload_gpu = offload_bytes(one.parameters // 4, 0, half_bytes=2)["gpu"]
+            offload, buckets = offload_gpu["total"], offload_gpu["gradient buckets (16-bit)"]
             per_example = (two.activations - one.activations) / micro_batch
             lines["ZeRO-Offload (optimizer on the CPU)"] = (offload + one.activations - per_example * micro_batch,
                                                             per_example)
     rows.append({"model": model, "lever": "ZeRO-Offload (optimizer on the CPU)", "optimizer state (GiB)": 0.0,
-                 "gradients (GiB)": float("nan"), "activations (GiB)": rows[0]["activations (GiB)"]})
+                 "gradients (GiB)": buckets / GIB, "activations (GiB)": rows[0]["activations (GiB)"]})
     for row in rows:
         fixed, slope = lines[row["lever"]]
         row[f"peak at {micro_batch} (GiB)"] = (fixed + slope * micro_batch) / GIB

@@ -62,18 +62,18 @@ def per_device_bytes(num_params: int, activation_bytes: int, devices: int, strat
 
 
 def offload_bytes(num_params: int, activation_bytes: int, half_bytes: int = 2,
-                  bucket_bytes: int = 5 * 10**8) -> dict[str, float]:
+                  bucket_elements: int = 5 * 10**8) -> dict[str, float]:
     """ZeRO-Offload on one GPU: what stays on the GPU and what moves to CPU memory (chapter 7).
 
     Only the 16-bit weights stay on the GPU; the 16-bit gradients leave for the CPU bucket by bucket during the
     backward pass, and the fp32 master weights, fp32 gradients and both Adam moments live on the CPU, where the
     optimizer step runs (Ren et al., 2021). The GPU holds 2P + A plus the gradient buckets in flight
-    (`bucket_bytes`, DeepSpeed's default reduce bucket of 5e8 elements; capped at the gradients' size) instead of
+    (`bucket_elements`, DeepSpeed's default reduce bucket of 5e8 elements; capped at the gradients' size) instead of
     16P + A, at the price of a CPU-side optimizer step and PCIe transfers every step.
     """
     if num_params < 1 or activation_bytes < 0:
         raise ValueError(f"need num_params >= 1 and activation_bytes >= 0, got {num_params}, {activation_bytes}")
-    buckets = min(bucket_bytes, num_params * half_bytes)
+    buckets = min(bucket_elements, num_params) * half_bytes
     gpu = {"weights (16-bit)": num_params * half_bytes, "gradient buckets (16-bit)": float(buckets),
            "activations": float(activation_bytes)}
     cpu = {"master weights (fp32)": num_params * 4.0, "gradients (fp32)": num_params * 4.0,

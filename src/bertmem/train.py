@@ -139,11 +139,14 @@ def make_optimizer_and_scheduler(model: torch.nn.Module, config: TrainConfig, to
 
 
 def prepare_trainable(model: torch.nn.Module, config: TrainConfig) -> None:
-    """Chapter 8's levers, once, before the optimizer exists: freeze lower layers, add LoRA adapters."""
-    if config.freeze_layers:
-        freeze_lower_layers(model, config.freeze_layers)
+    """Chapter 8's levers, once, before the optimizer exists: LoRA adapters, then frozen lower layers.
+
+    In that order, adapters inside the frozen layers stay frozen too.
+    """
     if config.lora_r is not None and not has_lora(model):  # a model resumed or trained again keeps its own
         apply_lora(model, config.lora_r)
+    if config.freeze_layers:
+        freeze_lower_layers(model, config.freeze_layers)
 
 
 def use_fused_adamw(config: TrainConfig, model: torch.nn.Module) -> bool:
