@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Iterator, Sequence
 
 import torch
@@ -73,3 +74,11 @@ def dataset_size(loader) -> int:
     """Examples in a loader (chapters 0 and 2): len(dataset) for a DataLoader, else the labels of a list of batches."""
     dataset = getattr(loader, "dataset", None)
     return len(dataset) if dataset is not None else sum(len(b["labels"]) for b in loader)
+
+
+def epoch_batches(loader, epoch: int, skip: int = 0):
+    """The loader's batches for `epoch`, without the first `skip` (already trained on) (chapter 5)."""
+    sampler = getattr(loader, "batch_sampler", None)
+    if hasattr(sampler, "set_epoch"):
+        sampler.set_epoch(epoch)
+    return itertools.islice(iter(loader), skip, None)

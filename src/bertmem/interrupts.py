@@ -77,3 +77,17 @@ def stops_on_sigterm(function: Callable) -> Callable:
         with sigterm_interrupts():
             return function(*args, **kwargs)
     return wrapper
+
+
+def interruption(stop: KeyboardInterrupt, boundary: dict, rng_state, checkpoint: Callable[[dict, dict], None],
+                 checkpoint_dir: str | None, written: bool = False) -> TrainingInterrupted:
+    """Save the last finished optimizer step (unless `written`) and say where it is (Ctrl-C or SIGTERM) (ch. 5)."""
+    name = getattr(stop, "signal_name", "SIGINT")
+    label = "Ctrl-C" if name == "SIGINT" else name
+    if not checkpoint_dir:
+        return TrainingInterrupted(f"interrupted by {label} after optimizer step {boundary['step']}; no checkpoint "
+                                   "was kept (set checkpoint_dir, or --checkpoint-every, to keep progress)", name)
+    if not written:
+        checkpoint(boundary, rng_state)
+    return TrainingInterrupted(f"interrupted by {label}: saved a checkpoint at optimizer step {boundary['step']} "
+                               f"in {checkpoint_dir}; run again with resume=True (--resume) to continue", name)

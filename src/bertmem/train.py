@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import math
 import time
 from dataclasses import asdict, dataclass, field
@@ -16,10 +15,10 @@ from .models import enable_gradient_checkpointing
 from .checkpoint import (capture_rng, check_resume_settings, dataset_fingerprint, load_checkpoint, load_model_state,
                          restore_rng, save_checkpoint)
 from .baseline import TrainResult, evaluate  # noqa: F401  (chapter 0's pieces, re-exported for callers)
-from .batching import dataset_size
+from .batching import dataset_size, epoch_batches
 from .footprint import OPTIMIZER_NAMES, apply_lora, freeze_lower_layers, has_lora, make_optimizer
 from .devices import model_device, require_device, synchronize
-from .interrupts import TrainingInterrupted, stops_on_sigterm
+from .interrupts import TrainingInterrupted, interruption, stops_on_sigterm
 from .precision import REQUESTS, MixedPrecision, check_finite, choose_precision
 from .profile import Profile, seed_everything
 from .profile import progress as progress_bar
@@ -160,14 +159,6 @@ def use_fused_adamw(config: TrainConfig, model: torch.nn.Module) -> bool:
     return supported if config.fused_optimizer is None else bool(config.fused_optimizer)
 
 
-def epoch_batches(loader, epoch: int, skip: int = 0):
-    """The loader's batches for `epoch`, without the first `skip` (already trained on) (chapter 5)."""
-    sampler = getattr(loader, "batch_sampler", None)
-    if hasattr(sampler, "set_epoch"):
-        sampler.set_epoch(epoch)
-    return itertools.islice(iter(loader), skip, None)
-
-
 def run_settings(config: TrainConfig, train_loader, micro_size: int, extra: dict | None = None) -> dict[str, Any]:
     """What a checkpoint must match to resume: the recipe, the batch and the data's identity (chapter 5)."""
     dataset = getattr(train_loader, "dataset", None)
@@ -302,20 +293,6 @@ def train(model: torch.nn.Module, train_loader: DataLoader, config: TrainConfig,
                 checkpoint(pos, boundary_rng)
         except KeyboardInterrupt as stop:
             written = bool(last_saved) and last_saved[0] is boundary
-            raise interruption(stop, boundary, boundary_rng, checkpoint, config, written) from None
+            raise interruption(stop, boundary, boundary_rng, checkpoint, config.checkpoint_dir, written) from None
     result.skipped_steps = amp.skipped_steps
     return result
-
-
-def interruption(stop: KeyboardInterrupt, boundary: dict, rng_state, checkpoint, config: TrainConfig,
-                 written: bool = False) -> TrainingInterrupted:
-    """Save the last finished optimizer step (unless `written`) and say where it is (Ctrl-C or SIGTERM) (ch. 5)."""
-    name = getattr(stop, "signal_name", "SIGINT")
-    label = "Ctrl-C" if name == "SIGINT" else name
-    if not config.checkpoint_dir:
-        return TrainingInterrupted(f"interrupted by {label} after optimizer step {boundary['step']}; no checkpoint "
-                                   "was kept (set checkpoint_dir, or --checkpoint-every, to keep progress)", name)
-    if not written:
-        checkpoint(boundary, rng_state)
-    return TrainingInterrupted(f"interrupted by {label}: saved a checkpoint at optimizer step {boundary['step']} "
-                               f"in {config.checkpoint_dir}; run again with resume=True (--resume) to continue", name)
