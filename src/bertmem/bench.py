@@ -13,11 +13,11 @@ import torch
 
 from .experiment import RunConfig, build_model, environment_info
 from .footprint import LORA_LR_FACTOR, LORA_RANK
-from .loaders import DataConfig, build_loaders, load_frames, size_arg
+from .loaders import DataConfig, build_loaders, load_frames
 from .memory import measure_step_memory
 from .stats import compare_accuracies, step_timing, summarize
 from .workload import matmul_tflops, model_flops_utilisation
-from .profile import MINILM_ID, Profile
+from .profile import MINILM_ID, Profile, parse_size
 from .train import TrainConfig
 
 VARIANTS = ("fp32 baseline", "accumulation ×4", "mixed precision + accumulation", "full recipe",
@@ -37,9 +37,9 @@ class BenchConfig:
     model: str = field(default=MINILM_ID, metadata={"help": "Hub id, local model folder, or 'tiny-bert'"})
     dataset: str = field(default="imdb", metadata={"help": "imdb, rotten_tomatoes, sst2, a Hub id or a file"})
     train_size: int | None = field(default=1000, metadata={"help": "training examples, or 'all'",
-                                                            "parse": size_arg})
+                                                            "parse": parse_size})
     eval_size: int | None = field(default=500, metadata={"help": "evaluation examples, or 'all'",
-                                                          "parse": size_arg})
+                                                          "parse": parse_size})
     max_length: int = field(default=256, metadata={"help": "tokens per example"})
     effective_batch: int = field(default=16, metadata={"help": "examples per optimizer step in every variant"})
     accumulation: int = field(default=4, metadata={

@@ -8,9 +8,8 @@ moment (one row and one column per matrix) and no first moment.
 
 from __future__ import annotations
 
-import contextlib
 import math
-from typing import Iterable, Iterator
+from typing import Iterable
 
 import torch
 from torch import nn
@@ -74,8 +73,8 @@ def apply_lora(model: nn.Module, r: int = 8, alpha: int | None = None, dropout: 
     `inject_adapter_in_model`), so the loop, evaluation and predictions see no difference; `merge_lora`
     folds the adapters back for saving.
     """
-    with _quiet_bitsandbytes():
-        from peft import LoraConfig, inject_adapter_in_model
+    quiet_bitsandbytes_notice()  # peft imports bitsandbytes
+    from peft import LoraConfig, inject_adapter_in_model
 
     if not isinstance(r, int) or r < 1:
         raise ValueError(f"lora_r must be an int >= 1, got {r!r}")
@@ -100,8 +99,8 @@ def merge_lora(model: nn.Module) -> nn.Module:
 
     The result is a plain transformers model: `save_pretrained` writes a folder that loads without peft.
     """
-    with _quiet_bitsandbytes():
-        from peft.tuners.tuners_utils import BaseTunerLayer
+    quiet_bitsandbytes_notice()
+    from peft.tuners.tuners_utils import BaseTunerLayer
 
     layers = [(name, module) for name, module in model.named_modules() if isinstance(module, BaseTunerLayer)]
     for name, module in layers:
@@ -133,17 +132,11 @@ def make_optimizer(params, name: str = "adamw", lr: float = 5e-5, weight_decay: 
     raise ValueError(f"optimizer must be one of {OPTIMIZER_NAMES}, got {name!r}")
 
 
-@contextlib.contextmanager
-def _quiet_bitsandbytes() -> Iterator[None]:
-    """Import bitsandbytes (peft imports it too) without its notice about optional 4-bit CPU kernels."""
-    quiet_bitsandbytes_notice()
-    yield
-
-
 def _bitsandbytes():
     """bitsandbytes, imported quietly."""
-    with _quiet_bitsandbytes():
-        import bitsandbytes
+    quiet_bitsandbytes_notice()
+    import bitsandbytes
+
     return bitsandbytes
 
 

@@ -13,12 +13,7 @@ from typing import NamedTuple
 from torch.utils.data import DataLoader
 
 from .data import EVAL_SPLITS, HUB_IDS, load_text_classification, make_loader, subsample, tokenize_frame
-from .profile import Profile
-
-
-def size_arg(raw: str) -> int | None:
-    """A subset size from the command line: a number of examples, or 'all' (the whole split)."""
-    return None if raw.strip().lower() in ("all", "none") else int(raw)
+from .profile import Profile, check_subset_sizes, parse_size
 
 
 @dataclass(frozen=True)
@@ -32,9 +27,9 @@ class DataConfig:
     text_column: str = field(default="text", metadata={"help": "column holding the texts"})
     label_column: str = field(default="label", metadata={"help": "column holding the labels"})
     train_size: int | None = field(default=1000, metadata={
-        "help": "training examples, or 'all'", "parse": size_arg})
+        "help": "training examples, or 'all'", "parse": parse_size})
     eval_size: int | None = field(default=500, metadata={
-        "help": "evaluation examples, or 'all'", "parse": size_arg})
+        "help": "evaluation examples, or 'all'", "parse": parse_size})
     max_length: int = field(default=256, metadata={"help": "tokens per example (longer ones are cut)"})
     batch_size: int = field(default=8, metadata={"help": "micro-batch (per process under Accelerate)"})
     eval_batch_size: int | None = field(default=None, metadata={
@@ -52,10 +47,7 @@ class DataConfig:
         if self.batch_size < 1 or (self.eval_batch_size is not None and self.eval_batch_size < 1):
             raise ValueError(f"batch_size and eval_batch_size must be >= 1, got {self.batch_size} and "
                              f"{self.eval_batch_size}")
-        for name in ("train_size", "eval_size"):
-            value = getattr(self, name)
-            if value is not None and value < 2:
-                raise ValueError(f"{name} must be >= 2 or None (everything), got {value}")
+        check_subset_sizes(train_size=self.train_size, eval_size=self.eval_size)
         if self.data_seed < 0:
             raise ValueError(f"data_seed must be >= 0, got {self.data_seed}")
 

@@ -40,10 +40,7 @@ class Profile:
         for field in ("max_length", "batch_size", "epochs", "effective_batch"):
             if getattr(self, field) < 1:
                 raise ValueError(f"{field} must be >= 1, got {getattr(self, field)}; set {ENV_PREFIX}{field.upper()}")
-        for field in ("train_size", "eval_size"):
-            value = getattr(self, field)
-            if value is not None and value < 2:
-                raise ValueError(f"{field} must be >= 2 or None (whole split), got {value}")
+        check_subset_sizes(train_size=self.train_size, eval_size=self.eval_size)
         if not self.learning_rate > 0:
             raise ValueError(f"learning_rate must be > 0, got {self.learning_rate}")
 
@@ -73,9 +70,16 @@ _CASTS = {"max_length": int, "batch_size": int, "epochs": int, "learning_rate": 
           "model_id": str, "dataset": str, "device": str}
 
 
-def _parse_size(raw: str) -> int | None:
-    """Parse a subset size where 'all' or 'none' means the whole split."""
+def parse_size(raw: str) -> int | None:
+    """A subset size from text (environment, command line): a number of examples, or 'all' (the whole split)."""
     return None if raw.strip().lower() in ("all", "none", "") else int(raw)
+
+
+def check_subset_sizes(**sizes: int | None) -> None:
+    """Each subset size is >= 2 examples or None (the whole split) (profiles, chapter sizes, DataConfig)."""
+    for name, value in sizes.items():
+        if value is not None and value < 2:
+            raise ValueError(f"{name} must be >= 2 or None (the whole split), got {value}")
 
 
 def get_profile(name: str | None = None, env: Mapping[str, str] | None = None) -> Profile:
@@ -93,7 +97,7 @@ def get_profile(name: str | None = None, env: Mapping[str, str] | None = None) -
             continue
         try:
             sized = field.name in ("train_size", "eval_size")
-            values[field.name] = _parse_size(raw) if sized else _CASTS[field.name](raw)
+            values[field.name] = parse_size(raw) if sized else _CASTS[field.name](raw)
         except ValueError as err:
             raise ValueError(f"{ENV_PREFIX}{field.name.upper()}={raw!r} is not a valid {field.name}: {err}") from None
     return Profile(**values)

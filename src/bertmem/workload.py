@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .profile import Profile
+from .profile import Profile, check_subset_sizes
 
 # Assumed share of the datasheet peak that a BERT fine-tune reaches (kernels, data loading, optimizer, Python);
 # each card carries its own value, this is the one the book assumes for all three until a GPU run measures them.
@@ -107,10 +107,7 @@ class ChapterSizes:
     seeds: tuple[int, ...] = (0,)  # training seeds: one run (or bench round) per seed
 
     def __post_init__(self) -> None:
-        for name in ("train_size", "eval_size"):
-            value = getattr(self, name)
-            if value is not None and value < 2:
-                raise ValueError(f"{name} must be >= 2 or None (whole split), got {value}")
+        check_subset_sizes(train_size=self.train_size, eval_size=self.eval_size)
         if self.max_length < 8:
             raise ValueError(f"max_length must be >= 8, got {self.max_length}")
 
