@@ -8,6 +8,9 @@ from bertmem.accumulation import (AccumulationPlan, backward_window, check_datas
 from bertmem.hf_trainer import trainer_first_step
 from bertmem.models import classifier_from_config, tiny_bert_config
 from bertmem.train import TrainConfig, train
+from bertmem.run_config import RunConfig
+
+QUIET = RunConfig(progress=False)  # no progress bars in tests
 
 
 def deterministic_model():
@@ -77,8 +80,8 @@ def test_steps_per_epoch_and_warmup_count_optimizer_steps():
 def test_train_steps_scheduler_once_per_window(tiny_batches):
     model = deterministic_model()
     micro = tiny_batches * 3  # 12 micro-batches of 8
-    result = train(model, micro, TrainConfig(epochs=2, accumulation_steps=5, learning_rate=1e-3, warmup_ratio=0.5,
-                                             progress=False, max_grad_norm=1.0))
+    config = TrainConfig(epochs=2, accumulation_steps=5, learning_rate=1e-3, warmup_ratio=0.5, max_grad_norm=1.0)
+    result = train(model, micro, config, run=QUIET)
     assert [h["step"] for h in result.history] == list(range(1, 7))  # ceil(12 / 5) = 3 per epoch
     lrs = [h["lr"] for h in result.history]
     assert lrs.index(max(lrs)) == 2  # warmup = ceil(0.5 × 6) = 3 optimizer steps
@@ -88,10 +91,10 @@ def test_train_steps_scheduler_once_per_window(tiny_batches):
 
 def test_accumulation_matches_big_batch_training_trajectory():
     data = [make_batch(16, seed=s) for s in range(3)]
-    big = train(deterministic_model(), data, TrainConfig(epochs=1, learning_rate=1e-3, progress=False))
+    big = train(deterministic_model(), data, TrainConfig(epochs=1, learning_rate=1e-3), run=QUIET)
     micro = [m for b in data for m in split_batch(b, [4, 4, 4, 4])]
-    acc = train(deterministic_model(), micro, TrainConfig(epochs=1, learning_rate=1e-3, accumulation_steps=4,
-                                                          progress=False))
+    acc = train(deterministic_model(), micro, TrainConfig(epochs=1, learning_rate=1e-3, accumulation_steps=4),
+                run=QUIET)
     assert acc.losses == pytest.approx(big.losses, rel=1e-5)
 
 

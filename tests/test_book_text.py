@@ -58,13 +58,18 @@ def test_nbval_markers_are_cell_tags_not_comments_readers_see():
     assert tagged >= 10  # the outputs CI compares byte for byte
 
 
+ANSI = re.compile(r"\x1b\[[0-9;]*m")  # a traceback's colours
+
+
 def cell_outputs():
-    """(notebook, cell index, printed text) for every code cell with output."""
+    """(notebook, cell index, printed text) for every code cell with output, tracebacks of intended errors too."""
     for path in sorted(BOOK.glob("*.ipynb")):
         for index, cell in enumerate(json.loads(path.read_text(encoding="utf-8"))["cells"]):
+            outputs = cell.get("outputs", [])
             text = "".join("".join(o.get("text", "")) + "".join(o.get("data", {}).get("text/plain", ""))
-                           for o in cell.get("outputs", []) if o.get("output_type") != "display_data"
+                           for o in outputs if o.get("output_type") != "display_data"
                            or "image/png" not in o.get("data", {}))
+            text += "".join(ANSI.sub("", "\n".join(o["traceback"])) for o in outputs if o.get("output_type") == "error")
             if text:
                 yield path.name, index, text
 

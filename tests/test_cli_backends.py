@@ -20,6 +20,7 @@ from bertmem.cli import main
 from bertmem.hf_trainer import train_with_trainer
 from bertmem.models import classifier_from_config, tiny_bert_config
 from bertmem.train import TrainConfig, train
+from bertmem.run_config import RunConfig
 from cli_helpers import cli_args
 
 
@@ -112,11 +113,12 @@ def toy_model():
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_plain_accelerate_and_trainer_give_the_same_loss_trajectory(tmp_path, precision):
-    config = TrainConfig(epochs=2, learning_rate=1e-3, accumulation_steps=2, layerwise_decay=0.9, progress=False,
+    config = TrainConfig(epochs=2, learning_rate=1e-3, accumulation_steps=2, layerwise_decay=0.9,
                          precision=precision)
-    plain = train(toy_model(), toy_loader(), config).losses
-    accelerated = train_with_accelerate(toy_model(), toy_loader(), config).losses
-    trainer = train_with_trainer(toy_model(), toy_loader(), config, output_dir=str(tmp_path)).losses
+    quiet = RunConfig(progress=False)
+    plain = train(toy_model(), toy_loader(), config, run=quiet).losses
+    accelerated = train_with_accelerate(toy_model(), toy_loader(), config, run=quiet).losses
+    trainer = train_with_trainer(toy_model(), toy_loader(), config, output_dir=str(tmp_path), run=quiet).losses
     assert len(plain) == 8 and plain[-1] < plain[0]
     assert accelerated == pytest.approx(plain, rel=1e-5)
     assert trainer == pytest.approx(plain, rel=1e-5)

@@ -145,3 +145,24 @@ def test_head_tail_truncation_keeps_both_ends():
         tokenize_frame(frame, tokenizer, 64, truncation="tail")
     with pytest.raises(ValueError, match="head_tokens"):
         tokenize_frame(frame, tokenizer, 64, truncation="head+tail", head_tokens=100)
+
+
+def test_build_loaders_cuts_both_splits_as_the_data_config_says():
+    from bertmem.loaders import DataConfig, build_loaders
+    from bertmem.models import load_tokenizer
+    from bertmem.profile import MINILM_ID
+
+    tokenizer = load_tokenizer(MINILM_ID)
+    words = " ".join(f"w{i}" for i in range(300))
+    train_frame = pd.DataFrame({"text": [words, "short review", words, "fine"], "label": [0, 1, 0, 1]})
+    eval_frame = pd.DataFrame({"text": [words, "ok"], "label": [1, 0]})
+    last_real_token = tokenizer(words, add_special_tokens=False)["input_ids"][-1]
+    for truncation in ("head", "head+tail"):
+        data = DataConfig(max_length=32, batch_size=2, truncation=truncation)
+        loaders = build_loaders(data, tokenizer, (train_frame, eval_frame), seed=0)
+        for loader in loaders:
+            long = next(row for b in loader for row in b["input_ids"] if len(row) == 32)
+            assert (int(long[-2]) == last_real_token) == (truncation == "head+tail")  # the review's end kept
+        assert len(loaders.train) == 2 and len(loaders.eval) == 1  # evaluation: twice the micro-batch
+    with pytest.raises(ValueError, match="truncation must be one of"):
+        DataConfig(truncation="tail")

@@ -6,6 +6,7 @@ the model's device raises `DeviceMixingError` here, as it would crash on a GPU.
 """
 
 import contextlib
+import dataclasses
 import random
 from types import SimpleNamespace
 
@@ -22,7 +23,10 @@ from bertmem.memory import measure_step_memory
 from bertmem.models import load_tokenizer, tiny_classifier
 from bertmem.profile import MINILM_ID
 from bertmem.train import TrainConfig, evaluate, train
+from bertmem.run_config import RunConfig
 from second_device import DEVICE, DeviceMixingError, OnSecondDevice, SecondDevice
+
+QUIET = RunConfig(progress=False)  # no progress bars in tests
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +69,7 @@ def test_a_helper_that_forgets_to_move_the_batch_is_caught(monkeypatch):
 
     monkeypatch.setattr(accumulation, "move_to", lambda batch, device: batch)  # the bug this test must catch
     with SecondDevice(), pytest.raises(DeviceMixingError):
-        train(placed(tiny_classifier()), loader(), TrainConfig(learning_rate=1e-3, progress=False, max_steps=1))
+        train(placed(tiny_classifier()), loader(), TrainConfig(learning_rate=1e-3, max_steps=1), run=QUIET)
 
 
 @pytest.mark.parametrize("settings", [
@@ -83,22 +87,22 @@ def test_train_and_evaluate_follow_the_model(settings, monkeypatch):
     monkeypatch.setattr(torch, DEVICE.type, rng, raising=False)
     with SecondDevice():
         model = placed(tiny_classifier())
-        result = train(model, loader(), TrainConfig(learning_rate=1e-3, progress=False, max_steps=4, **settings),
-                       eval_loader=loader(8))
+        result = train(model, loader(), TrainConfig(learning_rate=1e-3, max_steps=4, **settings),
+                       eval_loader=loader(8), run=QUIET)
         assert len(result.losses) == 4 and all(loss > 0 for loss in result.losses)
         assert 0 <= result.final_metrics["accuracy"] <= 1
         assert model_device(model) == DEVICE and evaluate(model, loader(8))["eval_loss"] > 0
 
 
 def test_resume_follows_the_model(tmp_path):
-    config = dict(learning_rate=1e-3, progress=False, epochs=2)
+    config = TrainConfig(learning_rate=1e-3, epochs=2)
     with SecondDevice():
-        expected = train(placed(tiny_classifier()), loader(), TrainConfig(**config)).losses
-        saving = dict(config, checkpoint_dir=str(tmp_path), checkpoint_every=2)
+        expected = train(placed(tiny_classifier()), loader(), config, run=QUIET).losses
+        saving = RunConfig(progress=False, output_dir=str(tmp_path), checkpoint_every=2)
         with pytest.raises(KeyboardInterrupt):
-            train(interrupt_after(placed(tiny_classifier()), 11), loader(), TrainConfig(**saving))
+            train(interrupt_after(placed(tiny_classifier()), 11), loader(), config, run=saving)
         resumed = placed(tiny_classifier())
-        result = train(resumed, loader(), TrainConfig(**saving, resume=True))
+        result = train(resumed, loader(), config, run=dataclasses.replace(saving, resume=True))
         assert result.losses == expected and isinstance(next(resumed.parameters()), OnSecondDevice)
 
 

@@ -6,7 +6,7 @@ import pytest
 
 from bertmem.bench import BenchConfig
 from bertmem.cli import build_parser, main
-from bertmem.experiment import RunConfig
+from bertmem.run_config import RunConfig
 from bertmem.flags import config_from_flags, flag_fields, flag_name
 from bertmem.loaders import DataConfig
 from bertmem.planner import PlanRequest

@@ -12,6 +12,9 @@ from bertmem.memory import measure_step_memory
 from bertmem.models import classifier_from_config, tiny_bert_config, tiny_classifier
 from bertmem.planner import PlanRequest, plan_micro_batch
 from bertmem.train import TrainConfig, train
+from bertmem.run_config import RunConfig
+
+QUIET = RunConfig(progress=False)  # no progress bars in tests
 
 CONFIG = tiny_bert_config(hidden_size=256, intermediate_size=1024, num_attention_heads=4, num_hidden_layers=2,
                           attention_probs_dropout_prob=0.1)
@@ -109,7 +112,7 @@ def test_lora_in_the_loop_leaves_the_pretrained_weights_alone():
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     examples = [dict(zip(("input_ids", "attention_mask", "labels"), row))
                 for row in zip(*synthetic_batch(32, generator=torch.Generator().manual_seed(1)).values())]
-    train(model, DataLoader(examples, batch_size=8), TrainConfig(learning_rate=1e-2, lora_r=4, progress=False))
+    train(model, DataLoader(examples, batch_size=8), TrainConfig(learning_rate=1e-2, lora_r=4), run=QUIET)
     after = {n.replace(".base_layer", ""): p for n, p in model.named_parameters()}  # LoRA wraps the base
     assert all(torch.equal(before[n], after[n]) for n in before if not n.startswith("classifier."))
     assert not torch.equal(before["classifier.weight"], after["classifier.weight"])
@@ -141,18 +144,17 @@ def test_eight_bit_state_skips_tiny_tensors():
 
 
 def test_levers_side_by_side_on_a_tiny_model(tmp_path, synthetic_frame):
-    from bertmem.experiment import RunConfig
     from bertmem.levers import FULL, lever_recipes, run_levers
     from bertmem.loaders import DataConfig
 
     path = tmp_path / "reviews.csv"
     synthetic_frame.to_csv(path, index=False)
-    recipes = lever_recipes(TrainConfig(learning_rate=1e-3, device="cpu"), num_layers=2)
+    recipes = lever_recipes(TrainConfig(learning_rate=1e-3), num_layers=2)
     assert recipes["8-bit AdamW"].optimizer == "adamw8bit" and recipes["LoRA r=8"].learning_rate == 1e-2
     assert recipes["frozen lower 1 of 2 layers"].freeze_layers == 1
     chosen = {k: recipes[k] for k in (FULL, "LoRA r=8", "frozen lower 1 of 2 layers")}
-    rows = run_levers(RunConfig(model="tiny-bert"), DataConfig(dataset=str(path), train_size=32, eval_size=16,
-                                                               max_length=16, batch_size=8), chosen, seeds=(0, 1))
+    data = DataConfig(dataset=str(path), train_size=32, eval_size=16, max_length=16, batch_size=8)
+    rows = run_levers(RunConfig(model="tiny-bert", device="cpu"), data, chosen, seeds=(0, 1))
     by_lever = {r["lever"]: r for r in rows}
     assert list(by_lever) == list(chosen) and all(len(r["accuracies"]) == 2 for r in rows)
     assert by_lever[FULL]["trainable share"] == 1.0 and by_lever["LoRA r=8"]["trainable share"] < 0.2

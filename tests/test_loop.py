@@ -10,12 +10,15 @@ from torch.utils.data import DataLoader
 from bertmem.baseline import train_baseline
 from bertmem.demos import synthetic_batch
 from bertmem.models import tiny_classifier
+from bertmem.run_config import RunConfig
 from bertmem.train import TrainConfig, train
+
+QUIET = RunConfig(progress=False)  # no progress bars in tests
 
 EXAMPLES = [dict(zip(("input_ids", "attention_mask", "labels"), row))
             for row in zip(*synthetic_batch(48, generator=torch.Generator().manual_seed(3)).values())]
 RECIPE = dict(epochs=2, learning_rate=1e-3, weight_decay=0.01, warmup_ratio=0.25, seed=5)
-ALL_OFF = dict(progress=False, fused_optimizer=False)  # the fused kernel is chapter 5's, off here
+ALL_OFF = dict(fused_optimizer=False)  # the fused kernel is chapter 5's, off here
 
 
 def loader(batch_size=8, shuffle=True):
@@ -33,9 +36,9 @@ def baseline_run(batch_size=8, shuffle=True, dropout=0.1):
     return result, weights(model)
 
 
-def full_run(batch_size=8, shuffle=True, dropout=0.1, **features):
+def full_run(batch_size=8, shuffle=True, dropout=0.1, run=QUIET, **features):
     model = tiny_classifier(seed=0, dropout=dropout)
-    result = train(model, loader(batch_size, shuffle), TrainConfig(**RECIPE, **ALL_OFF, **features))
+    result = train(model, loader(batch_size, shuffle), TrainConfig(**RECIPE, **ALL_OFF, **features), run=run)
     return result, weights(model)
 
 
@@ -54,13 +57,14 @@ def test_every_feature_off_is_the_baseline_bit_for_bit():
     assert identical(base_weights, full_weights)
 
 
-@pytest.mark.parametrize("features", [dict(checkpoint_dir="CKPT", checkpoint_every=2), dict(oom_backoff=True),
+@pytest.mark.parametrize("features", [dict(checkpoint_every=2), dict(oom_backoff=True),
                                       dict(guard_non_finite=False), dict(max_steps=100)],
                          ids=["checkpoints", "oom-backoff-unused", "no-guard", "max-steps-beyond-end"])
 def test_features_that_must_not_change_the_numbers(features, tmp_path):
-    if features.get("checkpoint_dir"):
-        features = dict(features, checkpoint_dir=str(tmp_path))
+    if "checkpoint_every" in features:  # a run setting, not the recipe's
+        features = dict(run=RunConfig(progress=False, output_dir=str(tmp_path), **features))
     (base, base_weights), (full, full_weights) = baseline_run(), full_run(**features)
+    assert not features.get("run") or (tmp_path / "checkpoint.pt").exists()
     assert base.losses == full.losses and identical(base_weights, full_weights)
 
 

@@ -7,6 +7,9 @@ from bertmem.accumulation import backward_window, split_batch
 from bertmem.models import classifier_from_config, tiny_bert_config
 from bertmem.precision import (MixedPrecision, NonFiniteError, PrecisionChoice, check_finite, choose_precision,
                                pure_half, trace_op_dtypes)
+from bertmem.run_config import RunConfig
+
+QUIET = RunConfig(progress=False)  # no progress bars in tests
 
 
 @pytest.mark.parametrize("device, capability, cpu_bf16, expected", [
@@ -100,15 +103,15 @@ def test_pure_half_casts_every_weight():
 def test_train_in_bf16_and_guard_stops_on_nan():
     from bertmem.train import TrainConfig, train
     data = split_batch(batch(16), [8, 8])
-    result = train(tiny(), data, TrainConfig(precision="bf16", progress=False, learning_rate=1e-3))
+    result = train(tiny(), data, TrainConfig(precision="bf16", learning_rate=1e-3), run=QUIET)
     assert result.precision == "bf16" and result.skipped_steps == 0
     assert all(torch.isfinite(torch.tensor(h["loss"])) for h in result.history)
     model = tiny()
     model.classifier.register_forward_hook(lambda module, args, out: out * float("nan"))
     with pytest.raises(NonFiniteError, match="step 1"):
-        train(model, data, TrainConfig(precision="bf16", progress=False))
+        train(model, data, TrainConfig(precision="bf16"), run=QUIET)
     with pytest.raises(ValueError, match="many times slower"):
-        train(tiny(), data, TrainConfig(precision="fp16", progress=False))
+        train(tiny(), data, TrainConfig(precision="fp16"), run=QUIET)
     with pytest.raises(ValueError, match="precision"):
         TrainConfig(precision="half")
 

@@ -12,6 +12,9 @@ from bertmem.faults import interrupt_after, out_of_memory_above
 from bertmem.models import load_tokenizer, tiny_classifier
 from bertmem.profile import MINILM_ID
 from bertmem.train import TrainConfig, make_optimizer_and_scheduler, train
+from bertmem.run_config import RunConfig
+
+QUIET = RunConfig(progress=False)  # no progress bars in tests
 
 
 @pytest.fixture(scope="module")
@@ -70,19 +73,19 @@ def test_resume_after_interrupt_gives_identical_weights(tmp_path, varied_dataset
     def loader():
         return make_loader(varied_dataset, tokenizer, 4, shuffle=True, seed=1, group_by_length=group_by_length)
 
-    config = dict(epochs=2, learning_rate=1e-3, accumulation_steps=2, progress=False, seed=5)
+    config = TrainConfig(epochs=2, learning_rate=1e-3, accumulation_steps=2, seed=5)
     reference = fresh_model()
-    expected = train(reference, loader(), TrainConfig(**config))
+    expected = train(reference, loader(), config, run=QUIET)
 
     folder = str(tmp_path / "run")
     model = interrupt_after(fresh_model(), 12 + 7)  # Ctrl-C in the middle of a window of epoch 2
     with pytest.raises(KeyboardInterrupt, match="saved a checkpoint at optimizer step 9"):
-        train(model, loader(), TrainConfig(**config, checkpoint_dir=folder, checkpoint_every=4))
+        train(model, loader(), config, run=RunConfig(progress=False, output_dir=folder, checkpoint_every=4))
     saved = load_checkpoint(folder)
     assert saved["position"] == {**saved["position"], "epoch": 2, "micro_batches": 6, "step": 9}
 
     resumed_model = fresh_model()
-    resumed = train(resumed_model, loader(), TrainConfig(**config, checkpoint_dir=folder, resume=True))
+    resumed = train(resumed_model, loader(), config, run=RunConfig(progress=False, output_dir=folder, resume=True))
     assert resumed.losses == expected.losses
     for (name, a), b in zip(reference.state_dict().items(), resumed_model.state_dict().values()):
         assert torch.equal(a, b), name
@@ -90,11 +93,15 @@ def test_resume_after_interrupt_gives_identical_weights(tmp_path, varied_dataset
 
 def test_resume_needs_a_checkpoint(tmp_path, tiny_batches):
     with pytest.raises(FileNotFoundError, match="no checkpoint"):
-        train(fresh_model(), tiny_batches, TrainConfig(checkpoint_dir=str(tmp_path), resume=True, progress=False))
-    with pytest.raises(ValueError, match="checkpoint_dir"):
-        TrainConfig(resume=True)
+        train(fresh_model(), tiny_batches, TrainConfig(),
+              run=RunConfig(output_dir=str(tmp_path), resume=True, progress=False))
+    for asked in (dict(resume=True), dict(checkpoint_every=5), dict(save_model=True)):
+        with pytest.raises(ValueError, match=f"{next(iter(asked))} needs output_dir"):
+            RunConfig(**asked)
     with pytest.raises(ValueError, match="checkpoint_every"):
-        TrainConfig(checkpoint_dir="x", checkpoint_every=0)
+        RunConfig(output_dir="x", checkpoint_every=0)
+    assert RunConfig(output_dir="x").checkpoint_dir is None  # an output folder alone keeps no checkpoints
+    assert RunConfig(output_dir="x", checkpoint_every=3).checkpoint_dir == "x"
 
 
 def test_atomic_save_keeps_the_old_file_when_writing_fails(tmp_path):
@@ -112,20 +119,21 @@ def test_atomic_save_keeps_the_old_file_when_writing_fails(tmp_path):
 
 
 def test_oom_backoff_halves_micro_batch_and_keeps_the_gradient(tiny_batches):
-    config = dict(epochs=1, learning_rate=1e-3, progress=False, max_grad_norm=None)
+    config = dict(epochs=1, learning_rate=1e-3, max_grad_norm=None)
     with pytest.raises(torch.OutOfMemoryError):
-        train(out_of_memory_above(fresh_model(), 2), tiny_batches, TrainConfig(**config))
+        train(out_of_memory_above(fresh_model(), 2), tiny_batches, TrainConfig(**config), run=QUIET)
     with pytest.warns(UserWarning, match="effective batch unchanged: 8"):
-        backed = train(out_of_memory_above(fresh_model(), 2), tiny_batches, TrainConfig(**config, oom_backoff=True))
+        backed = train(out_of_memory_above(fresh_model(), 2), tiny_batches, TrainConfig(**config, oom_backoff=True),
+                       run=QUIET)
     assert backed.backoffs == [{"step": 1, "splits": 4}]  # 8 -> 4 -> 2 examples per micro-batch
     halves = [{k: v[i:i + 2] for k, v in b.items()} for b in tiny_batches for i in range(0, 8, 2)]
-    reference = train(fresh_model(), halves, TrainConfig(**config, accumulation_steps=4))
+    reference = train(fresh_model(), halves, TrainConfig(**config, accumulation_steps=4), run=QUIET)
     assert backed.losses == pytest.approx(reference.losses, rel=1e-4)
 
 
 def test_oom_backoff_gives_up_at_one_example(tiny_batches):
     with pytest.raises(RuntimeError, match="one example"):
-        train(out_of_memory_above(fresh_model(), 0), tiny_batches, TrainConfig(oom_backoff=True, progress=False))
+        train(out_of_memory_above(fresh_model(), 0), tiny_batches, TrainConfig(oom_backoff=True), run=QUIET)
 
 
 def test_fused_adamw_where_supported_and_gradient_checkpointing(tiny_batches):
@@ -134,10 +142,10 @@ def test_fused_adamw_where_supported_and_gradient_checkpointing(tiny_batches):
     assert optimizer.defaults["fused"] is True
     optimizer, _ = make_optimizer_and_scheduler(model, TrainConfig(fused_optimizer=False), 10)
     assert not optimizer.defaults["fused"]
-    plain = train(fresh_model(), tiny_batches, TrainConfig(progress=False, learning_rate=1e-3))
+    plain = train(fresh_model(), tiny_batches, TrainConfig(learning_rate=1e-3), run=QUIET)
     checkpointed_model = fresh_model()
     checkpointed = train(checkpointed_model, tiny_batches,
-                         TrainConfig(progress=False, learning_rate=1e-3, gradient_checkpointing=True))
+                         TrainConfig(learning_rate=1e-3, gradient_checkpointing=True), run=QUIET)
     assert checkpointed_model.is_activation_checkpointing
     assert checkpointed.losses == pytest.approx(plain.losses, rel=1e-5)
 

@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -16,7 +17,8 @@ from torch.utils.data import DataLoader
 from bertmem.checkpoint import CHECKPOINT_NAME, CheckpointError, load_checkpoint
 from bertmem.cli import main
 from bertmem.data import load_text_classification
-from bertmem.experiment import RunConfig, run_experiment
+from bertmem.experiment import run_experiment
+from bertmem.run_config import RunConfig
 from bertmem.loaders import DataConfig, load_frames
 from bertmem.faults import interrupt_after
 from bertmem.interrupts import TrainingInterrupted, sigterm_interrupts
@@ -118,10 +120,10 @@ def test_train_refuses_a_checkpoint_of_other_data(tmp_path):
                  "labels": torch.tensor(i % 2)} for i in range(16)]
         return DataLoader(rows, batch_size=4)
 
-    config = dict(learning_rate=1e-3, progress=False, checkpoint_dir=str(tmp_path))
-    train(tiny_classifier(), loader(5), TrainConfig(**config))
+    config, saving = TrainConfig(learning_rate=1e-3), RunConfig(progress=False, output_dir=str(tmp_path))
+    train(tiny_classifier(), loader(5), config, run=replace(saving, checkpoint_every=4))
     with pytest.raises(CheckpointError, match="data_fingerprint"):
-        train(tiny_classifier(), loader(6), TrainConfig(**config, resume=True))
+        train(tiny_classifier(), loader(6), config, run=replace(saving, resume=True))
 
 
 # 3. Checkpoints are data, not code ---------------------------------------------------------------------
@@ -143,10 +145,11 @@ def test_a_crafted_checkpoint_runs_no_code(tmp_path):
 
 
 def test_damaged_and_foreign_checkpoints_are_one_line_errors(tmp_path):
-    config = TrainConfig(learning_rate=1e-3, progress=False, max_steps=2, checkpoint_dir=str(tmp_path / "good"))
+    config = TrainConfig(learning_rate=1e-3, max_steps=2)
+    saving = RunConfig(progress=False, output_dir=str(tmp_path / "good"), checkpoint_every=2)
     rows = [{"input_ids": torch.arange(8) + i, "attention_mask": torch.ones(8, dtype=torch.long),
              "labels": torch.tensor(i % 2)} for i in range(8)]
-    train(tiny_classifier(), DataLoader(rows, batch_size=4), config)
+    train(tiny_classifier(), DataLoader(rows, batch_size=4), config, run=saving)
     data = (tmp_path / "good" / CHECKPOINT_NAME).read_bytes()
     (tmp_path / "cut").mkdir()
     (tmp_path / "cut" / CHECKPOINT_NAME).write_bytes(data[: len(data) // 2])
@@ -159,16 +162,16 @@ def test_damaged_and_foreign_checkpoints_are_one_line_errors(tmp_path):
         assert "\n" not in str(err.value)
     bigger = tiny_classifier(hidden_size=48)
     with pytest.raises(CheckpointError, match="weights of another model"):
-        train(bigger, DataLoader(rows, batch_size=4), TrainConfig(**{**config.__dict__, "resume": True}))
+        train(bigger, DataLoader(rows, batch_size=4), config, run=replace(saving, resume=True))
 
 
 # 4. The seed repeats a run with the real model ---------------------------------------------------------
 
 def test_same_seed_same_metrics_with_the_real_minilm(reviews_csv):
-    run = RunConfig(model=MINILM_ID)
+    run = RunConfig(model=MINILM_ID, progress=False)
     data = DataConfig(dataset=str(reviews_csv), text_column="review", label_column="sentiment",
                       train_size=16, eval_size=8, max_length=24, batch_size=8)
-    config = TrainConfig(learning_rate=1e-4, seed=3, max_steps=2, progress=False)
+    config = TrainConfig(learning_rate=1e-4, seed=3, max_steps=2)
     first, second = run_experiment(run, data, config), run_experiment(run, data, config)
     untimed = [[{k: v for k, v in h.items() if k != "step_time_s"} for h in r["history"]] for r in (first, second)]
     assert untimed[0] == untimed[1] and first["final"]["eval_loss"] == second["final"]["eval_loss"]
@@ -242,9 +245,9 @@ def test_a_signal_during_a_save_waits_for_the_save_to_finish(tmp_path, monkeypat
     monkeypatch.setattr(checkpoint_module.torch, "save", save_with_sigterm)
     rows = [{"input_ids": torch.arange(8) + i, "attention_mask": torch.ones(8, dtype=torch.long),
              "labels": torch.tensor(i % 2)} for i in range(16)]
-    config = TrainConfig(learning_rate=1e-3, progress=False, checkpoint_dir=str(tmp_path), checkpoint_every=1)
+    saving = RunConfig(progress=False, output_dir=str(tmp_path), checkpoint_every=1)
     with pytest.raises(TrainingInterrupted, match="SIGTERM") as stop:
-        train(tiny_classifier(), DataLoader(rows, batch_size=4), config)
+        train(tiny_classifier(), DataLoader(rows, batch_size=4), TrainConfig(learning_rate=1e-3), run=saving)
     assert stop.value.exit_code == 143
     assert not list(tmp_path.glob("*.tmp")) and len(calls) == 2  # the interrupted save completed: not redone
     monkeypatch.setattr(checkpoint_module.torch, "save", real_save)
@@ -304,10 +307,11 @@ def test_throughput_after_resume_counts_the_time_before_the_interruption(tmp_pat
         model.forward = lambda *a, **k: (time.sleep(pause), forward(*a, **k))[1]
         return model
 
-    config = dict(learning_rate=1e-3, progress=False, checkpoint_dir=str(tmp_path), checkpoint_every=1)
+    config = TrainConfig(learning_rate=1e-3)
+    saving = RunConfig(progress=False, output_dir=str(tmp_path), checkpoint_every=1)
     with pytest.raises(KeyboardInterrupt):  # 6 slow micro-batches (>= 0.6 s), then Ctrl-C
-        train(interrupt_after(slow(tiny_classifier(), 0.1), 7), DataLoader(rows, batch_size=4), TrainConfig(**config))
-    result = train(tiny_classifier(), DataLoader(rows, batch_size=4), TrainConfig(**config, resume=True))
+        train(interrupt_after(slow(tiny_classifier(), 0.1), 7), DataLoader(rows, batch_size=4), config, run=saving)
+    result = train(tiny_classifier(), DataLoader(rows, batch_size=4), config, run=replace(saving, resume=True))
     epoch = result.epochs[-1]
     assert epoch["examples"] == 32 and epoch["train_time_s"] >= 0.6
     assert epoch["examples_per_s"] == pytest.approx(32 / epoch["train_time_s"])

@@ -1,15 +1,20 @@
+import dataclasses
+
 import pytest
 import torch
 
 from bertmem.models import classifier_from_config, tiny_bert_config
 from bertmem.train import TrainConfig, evaluate, train
+from bertmem.run_config import RunConfig
+
+QUIET = RunConfig(progress=False)  # no progress bars in tests
 
 
 def run(batches, seed=0, epochs=3, lr=1e-3):
     torch.manual_seed(0)
     model = classifier_from_config(tiny_bert_config(hidden_dropout_prob=0.1))
-    return model, train(model, batches, TrainConfig(epochs=epochs, learning_rate=lr, seed=seed, progress=False,
-                                                    warmup_ratio=0.1), eval_loader=batches)
+    config = TrainConfig(epochs=epochs, learning_rate=lr, seed=seed, warmup_ratio=0.1)
+    return model, train(model, batches, config, eval_loader=batches, run=QUIET)
 
 
 def test_loss_decreases_on_a_learnable_task(tiny_batches):
@@ -37,7 +42,7 @@ def test_history_counts_steps_and_warmup_then_decay(tiny_batches):
 
 def test_max_steps_stops_early(tiny_batches):
     model = classifier_from_config(tiny_bert_config())
-    result = train(model, tiny_batches, TrainConfig(epochs=5, max_steps=3, progress=False))
+    result = train(model, tiny_batches, TrainConfig(epochs=5, max_steps=3), run=QUIET)
     assert len(result.history) == 3 and len(result.epochs) == 1
 
 
@@ -59,15 +64,23 @@ def test_plot_labels_axes(tiny_batches):
 
 
 @pytest.mark.parametrize("kwargs", [{"epochs": 0}, {"learning_rate": 0}, {"warmup_ratio": 1.0},
-                                    {"max_steps": 0}, {"device": "gpu0"}, {"weight_decay": -1}])
+                                    {"max_steps": 0}, {"weight_decay": -1}])
 def test_bad_config(kwargs):
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=next(iter(kwargs))):
         TrainConfig(**kwargs)
+
+
+def test_bad_run_config_and_run_settings_in_the_recipe():
+    with pytest.raises(ValueError, match="not a torch device"):
+        RunConfig(device="gpu0")
+    with pytest.raises(TypeError, match=r"progress belong to RunConfig .* run=RunConfig\(progress=...\)"):
+        TrainConfig(learning_rate=1e-3, progress=False)
+    assert dataclasses.replace(TrainConfig(), seed=3).seed == 3  # replace still builds recipes
 
 
 def test_empty_loader_is_an_error(tiny_model):
     with pytest.raises(ValueError, match="no batches"):
-        train(tiny_model, [], TrainConfig(progress=False))
+        train(tiny_model, [], TrainConfig(), run=QUIET)
 
 
 def test_layerwise_decay_builds_groups_with_decayed_rates(tiny_model):
@@ -94,14 +107,15 @@ def test_memory_breakdown_plot_stacks_four_categories():
 
 
 def test_every_optimizer_step_records_its_compute_time(tiny_model, tiny_batches):
-    result = train(tiny_model, tiny_batches, TrainConfig(epochs=1, progress=False, accumulation_steps=2))
+    result = train(tiny_model, tiny_batches, TrainConfig(epochs=1, accumulation_steps=2), run=QUIET)
     times = [h["step_time_s"] for h in result.history]
     assert len(times) == 2 and all(t > 0 for t in times)
     assert sum(times) <= result.epochs[0]["train_time_s"]  # compute only: the epoch also loads data
 
 
 def test_the_progress_bar_ends_at_the_last_step(tiny_batches, capsys):
-    train(tiny_classifier_for_bar(), tiny_batches, TrainConfig(epochs=1, progress=True, accumulation_steps=2))
+    train(tiny_classifier_for_bar(), tiny_batches, TrainConfig(epochs=1, accumulation_steps=2),
+          run=RunConfig(progress=True))
     err = capsys.readouterr().err
     assert "2/2" in err and "1/2 [" not in err.replace("\r", "\n").splitlines()[-1]
 

@@ -9,19 +9,20 @@ import torch
 from .accumulation import optimizer_steps
 from .precision import choose_precision
 from .profile import progress as progress_bar
+from .run_config import RunConfig
 from .train import TrainConfig, TrainResult, evaluate, make_optimizer_and_scheduler, prepare_trainable
 
 ACCELERATE_PRECISION = {"fp32": "no", "bf16": "bf16", "fp16": "fp16"}
 
 
-def accelerator_for(config: TrainConfig, **kwargs):
-    """An `Accelerator` with the config's accumulation and precision; kwargs pass through (chapter 5)."""
+def accelerator_for(config: TrainConfig, device: str | None = None, **kwargs):
+    """An `Accelerator` with the config's accumulation and precision on `device`; kwargs pass through (ch. 5)."""
     from accelerate import Accelerator
     from accelerate.state import AcceleratorState, GradientState
 
     AcceleratorState._reset_state()  # a second run in one process may change precision (the process group stays)
     GradientState._reset_state()
-    wanted = config.device or ("cuda" if torch.cuda.is_available() else "cpu")  # Accelerate places the model
+    wanted = device or ("cuda" if torch.cuda.is_available() else "cpu")  # Accelerate places the model
     device_type = "cuda" if torch.cuda.is_available() and not wanted.startswith("cpu") else "cpu"
     choice = choose_precision(config.precision, device_type, verbose=False)
     return Accelerator(gradient_accumulation_steps=config.accumulation_steps,
@@ -64,7 +65,7 @@ def shard_with_fsdp2(model: torch.nn.Module) -> torch.nn.Module:
 
 
 def train_with_accelerate(model: torch.nn.Module, train_loader, config: TrainConfig, eval_loader=None,
-                          accelerator=None) -> TrainResult:
+                          accelerator=None, run: RunConfig | None = None) -> TrainResult:
     """`train` written the Accelerate way: `prepare`, `accumulate`, `backward`, `clip_grad_norm_` (chapter 5).
 
     The scheduler is stepped by hand once per optimizer step, so its length is the same for one or many
@@ -73,10 +74,11 @@ def train_with_accelerate(model: torch.nn.Module, train_loader, config: TrainCon
     """
     from accelerate.utils import set_seed
 
-    if config.resume or config.checkpoint_dir or config.oom_backoff:
+    run = run or RunConfig()
+    if run.checkpoint_dir or config.oom_backoff:
         raise ValueError("checkpoint/resume and oom_backoff are features of bertmem.train.train; with Accelerate "
                          "use accelerator.save_state/load_state and choose the micro-batch yourself")
-    accelerator = accelerator or accelerator_for(config)
+    accelerator = accelerator or accelerator_for(config, run.device)
     set_seed(config.seed)
     prepare_trainable(model, config)  # chapter 8's levers, before the optimizer
     if config.gradient_checkpointing:
@@ -100,7 +102,7 @@ def train_with_accelerate(model: torch.nn.Module, train_loader, config: TrainCon
             loader.set_epoch(epoch)
         start, seen = time.perf_counter(), 0
         bar = progress_bar(loader, f"epoch {epoch}/{config.epochs}",
-                           enabled=config.progress and accelerator.is_main_process)
+                           enabled=run.progress and accelerator.is_main_process)
         for batch in bar:
             with accelerator.accumulate(model):
                 loss = model(**batch).loss

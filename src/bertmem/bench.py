@@ -11,7 +11,8 @@ from typing import Any
 
 import torch
 
-from .experiment import RunConfig, build_model, environment_info
+from .experiment import build_model, environment_info
+from .run_config import RunConfig
 from .footprint import LORA_LR_FACTOR, LORA_RANK
 from .loaders import DataConfig, build_loaders, load_frames
 from .memory import measure_step_memory
@@ -89,12 +90,11 @@ def variant_settings(bench: BenchConfig, variant: str, seed: int | None = None) 
     if variant not in VARIANTS:
         raise ValueError(f"unknown variant {variant!r}: choose from {VARIANTS}")
     seed = bench.seeds[0] if seed is None else seed
-    run = RunConfig(model=bench.model, attention="eager")
+    run = RunConfig(model=bench.model, attention="eager", device=bench.device, progress=bench.progress)
     data = DataConfig(dataset=bench.dataset, train_size=bench.train_size, eval_size=bench.eval_size,
                       max_length=bench.max_length, batch_size=bench.effective_batch, group_by_length=False,
                       pad_to_max_length=True, data_seed=bench.seed)
-    recipe = TrainConfig(epochs=bench.epochs, learning_rate=bench.learning_rate, seed=seed, device=bench.device,
-                         progress=bench.progress, warmup_ratio=0.0)
+    recipe = TrainConfig(epochs=bench.epochs, learning_rate=bench.learning_rate, seed=seed, warmup_ratio=0.0)
     steps = {  # what each variant changes, in order: (run, data, recipe) overrides
         "accumulation ×4": ({}, {"batch_size": bench.effective_batch // bench.accumulation},
                             {"accumulation_steps": bench.accumulation}),
@@ -125,13 +125,13 @@ def fit_check(bench: BenchConfig, model, run: RunConfig, data: DataConfig, confi
     from .estimate import estimate_step_memory
     from .planner import PlanRequest
 
-    kernels = "cuda" if config.device.startswith("cuda") else "cpu"
+    kernels = "cuda" if run.device.startswith("cuda") else "cpu"
     request = PlanRequest(model=run.model, max_length=data.max_length, kernels=kernels)
     budget = bench.memory_bytes
     if budget is None:
         from .devices import cuda_free_bytes
 
-        budget = cuda_free_bytes(config.device) if kernels == "cuda" else None
+        budget = cuda_free_bytes(run.device) if kernels == "cuda" else None
         # measured free memory: this process's CUDA context is already taken out
         request = dataclasses.replace(request, cuda_context_bytes=0)
     if budget is None:
@@ -161,25 +161,25 @@ def run_variant(bench: BenchConfig, variant: str, frames, peak_tflops: dict[str,
     train_frame, eval_frame = frames
     model, tokenizer = build_model(run, train_frame.attrs["label_names"], data.max_length)
     loader, eval_loader = build_loaders(data, tokenizer, frames, seed=config.seed)
-    precision = choose_precision(config.precision, torch.device(config.device).type, verbose=False).precision
+    precision = choose_precision(config.precision, torch.device(run.device).type, verbose=False).precision
     row = {"variant": variant, "micro-batch": data.batch_size, "accumulation": config.accumulation_steps,
            "precision": precision, "attention": run.attention,
            "padding": "dynamic, length-grouped" if data.group_by_length else f"to {data.max_length}"}
     verdict = fit_check(bench, model, run, data, config, precision)  # before the model takes memory on the device
     if verdict is not None:
         return {**row, "accuracy": float("nan"), "note": verdict}
-    model.to(config.device).train()
+    model.to(run.device).train()
     prepare_trainable(model, config)  # chapter 8's levers before the memory is measured
     if config.gradient_checkpointing:
         enable_gradient_checkpointing(model)
-    cuda = config.device.startswith("cuda")
+    cuda = run.device.startswith("cuda")
     try:
-        report = measure_step_memory(model, {k: v.to(config.device) for k, v in widest_batch(loader).items()},
+        report = measure_step_memory(model, {k: v.to(run.device) for k, v in widest_batch(loader).items()},
                                      precision=precision)
         model.zero_grad(set_to_none=True)
         if cuda:
             torch.cuda.reset_peak_memory_stats()
-        result = train(model, loader, config, eval_loader)
+        result = train(model, loader, config, eval_loader, run=run)
     except torch.OutOfMemoryError:  # the point of the table: the baseline may not fit the card
         del model
         if cuda:

@@ -18,7 +18,7 @@ def build_parser() -> argparse.ArgumentParser:
     profile's defaults; `bench`'s from BenchConfig.
     """
     from .bench import BenchConfig
-    from .experiment import RunConfig
+    from .run_config import RunConfig
     from .loaders import DataConfig
     from .train import TrainConfig
 
@@ -63,16 +63,16 @@ def plan_main(args: argparse.Namespace) -> dict:
 
 def train_main(args: argparse.Namespace) -> dict:
     """Build RunConfig, DataConfig and TrainConfig from the flags and run one experiment."""
-    from .experiment import RunConfig, run_experiment
+    from .experiment import run_experiment
+    from .run_config import RunConfig
     from .loaders import DataConfig
     from .train import TrainConfig
 
     if not args.output_dir:
         raise ValueError("bertmem train needs --output-dir: the folder its results go to")
-    keeps_checkpoints = bool(args.checkpoint_every or args.resume)  # they live in the output folder
-    run = config_from_flags(RunConfig, args)
+    run = config_from_flags(RunConfig, args)  # checkpoints, if any, live in the output folder
     data = config_from_flags(DataConfig, args)
-    config = config_from_flags(TrainConfig, args, checkpoint_dir=args.output_dir if keeps_checkpoints else None)
+    config = config_from_flags(TrainConfig, args)
     summary = run_experiment(run, data, config)
     if summary["rank"] == 0:
         print(json.dumps({"output_dir": args.output_dir, **summary["final"]}))

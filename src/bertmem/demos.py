@@ -82,10 +82,12 @@ def scaled_run(precision: str, steps: int = 40, ffn_scale: float = 1.0, init_sca
 
 def tiny_training_run(batches: list[dict], **overrides):
     """`train` on a seeded tiny BERT for 6 epochs at lr 1e-3, no clipping or warmup unless overridden (ch. 6)."""
+    from .run_config import RunConfig
     from .train import TrainConfig, train
 
-    settings = dict(epochs=6, learning_rate=1e-3, progress=False, max_grad_norm=None, warmup_ratio=0.0)
-    return train(tiny_classifier(seed=0), batches, TrainConfig(**{**settings, **overrides}))
+    settings = dict(epochs=6, learning_rate=1e-3, max_grad_norm=None, warmup_ratio=0.0)
+    return train(tiny_classifier(seed=0), batches, TrainConfig(**{**settings, **overrides}),
+                 run=RunConfig(progress=False))
 
 
 def classifier_change(model: torch.nn.Module, param_groups: Callable, batch: dict) -> float:

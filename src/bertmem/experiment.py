@@ -6,7 +6,7 @@ import json
 import platform
 import shutil
 import tempfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -15,47 +15,11 @@ import torch
 from .checkpoint import CHECKPOINT_NAME
 from .footprint import has_lora, merge_lora
 from .loaders import DataConfig, build_loaders, load_frames
-from .models import ATTENTION_IMPLEMENTATIONS, classifier_from_config, load_classifier, load_tokenizer, tiny_bert_config
+from .models import classifier_from_config, load_classifier, load_tokenizer, tiny_bert_config
 from .devices import require_device, resolve_device
-from .profile import MINILM_ID, Profile, seed_everything
+from .profile import MINILM_ID, seed_everything
+from .run_config import BACKENDS, TINY_MODEL, RunConfig  # noqa: F401  (re-exported: chapters import them here)
 from .train import TrainConfig, TrainResult, train
-
-BACKENDS = ("plain", "accelerate", "trainer")
-TINY_MODEL = "tiny-bert"  # a 2-layer random BERT with MiniLM's vocabulary: tests and quick checks
-
-
-@dataclass(frozen=True)
-class RunConfig:
-    """How and where a run happens: model, attention kernel, backend, output folder (chapter 5, A1).
-
-    What the data is lives in `DataConfig`, the recipe in `TrainConfig`.
-    """
-
-    model: str = field(default=MINILM_ID, metadata={"help": "Hub id, local model folder, or 'tiny-bert'"})
-    attention: str = field(default="sdpa", metadata={
-        "help": "attention kernel: sdpa (fused) or eager", "choices": ATTENTION_IMPLEMENTATIONS})
-    backend: str = field(default="plain", metadata={
-        "help": "training loop; accelerate: run under `accelerate launch` for several processes",
-        "choices": BACKENDS})
-    output_dir: str | None = field(default=None, metadata={
-        "help": "folder for metrics.json, config.json, loss.png (and checkpoints, the model)"})
-    save_model: bool = field(default=False, metadata={"help": "save the fine-tuned model to OUTPUT_DIR/model"})
-    overwrite: bool = field(default=False, metadata={
-        "help": "replace the results of a previous run in OUTPUT_DIR"})  # else such a folder is refused
-
-    def __post_init__(self) -> None:
-        if self.backend not in BACKENDS:
-            raise ValueError(f"backend must be one of {BACKENDS}, got {self.backend!r}")
-        if self.attention not in ATTENTION_IMPLEMENTATIONS:
-            raise ValueError(f"attention must be one of {ATTENTION_IMPLEMENTATIONS}, got {self.attention!r}")
-        if self.save_model and not self.output_dir:
-            raise ValueError("save_model needs output_dir: the folder the model is saved into")
-
-    @classmethod
-    def from_profile(cls, profile: Profile, **overrides) -> "RunConfig":
-        """The profile's model; everything else as given."""
-        return cls(**{"model": profile.model_id, **overrides})
-
 
 def build_model(run: RunConfig, label_names: list[str], max_length: int = 512):
     """The classifier for run.model (a Hub id, folder, or 'tiny-bert') and its tokenizer (chapter 5)."""
@@ -91,20 +55,20 @@ def parameter_checksum(model: torch.nn.Module) -> float:
 
 def run_experiment(run: RunConfig, data: DataConfig, config: TrainConfig) -> dict[str, Any]:
     """Load data and model, train with the chosen backend, evaluate, write the output folder (chapter 5)."""
-    device = require_device(config.device) if config.device is not None else None
+    device = require_device(run.device) if run.device is not None else None
     if run.output_dir:  # before any data or model is loaded: a bad folder must not cost a training run
-        prepare_output_dir(run, resume=config.resume)
+        prepare_output_dir(run)
     frames = load_frames(data)
     names = frames[0].attrs["label_names"]
     seed_everything(config.seed)  # the new classifier head is drawn here: same seed, same run
     model, tokenizer = build_model(run, names, data.max_length)
     if device is not None and run.backend != "accelerate":  # Accelerate gives each process its own device
         model.to(device)  # placed once; every helper below follows the model
-    if run.output_dir and run.overwrite and not config.resume:
+    if run.output_dir and run.overwrite and not run.resume:
         remove_previous_run(Path(run.output_dir).expanduser())
     loaders = build_loaders(data, tokenizer, frames, seed=config.seed)
     identity = dict(asdict(run), **asdict(data), label_names=list(names))  # train() adds fingerprint and size
-    result = run_backend(run.backend, model, loaders.train, config, loaders.eval, identity)
+    result = run_backend(run, model, loaders.train, config, loaders.eval, identity)
     summary = {"final": result.final_metrics, "epochs": result.epochs, "history": result.history,
                "precision": result.precision, "skipped_steps": result.skipped_steps, "backoffs": result.backoffs,
                "num_processes": result.num_processes, "rank": result.rank, "rank_bytes": result.rank_bytes,
@@ -115,21 +79,21 @@ def run_experiment(run: RunConfig, data: DataConfig, config: TrainConfig) -> dic
     return summary
 
 
-def run_backend(backend: str, model, train_loader, config: TrainConfig, eval_loader,
+def run_backend(run: RunConfig, model, train_loader, config: TrainConfig, eval_loader,
                 settings: dict[str, Any] | None = None) -> TrainResult:
     """Train with bertmem's loop, Accelerate or the HF Trainer (same recipe, same batches) (chapter 5)."""
-    if backend == "accelerate":
+    if run.backend == "accelerate":
         from .accelerate_loop import train_with_accelerate
 
-        return train_with_accelerate(model, train_loader, config, eval_loader)
-    if backend == "trainer":
+        return train_with_accelerate(model, train_loader, config, eval_loader, run=run)
+    if run.backend == "trainer":
         from .hf_trainer import train_with_trainer
         from .train import evaluate
 
-        result = train_with_trainer(model, train_loader, config)
+        result = train_with_trainer(model, train_loader, config, run=run)
         result.epochs.append(evaluate(model, eval_loader))
         return result
-    return train(model, train_loader, config, eval_loader, settings)
+    return train(model, train_loader, config, eval_loader, settings, run=run)
 
 
 RUN_FILES = ("metrics.json", "config.json", "loss.png", CHECKPOINT_NAME)  # what a run leaves in its folder
@@ -144,11 +108,11 @@ def previous_run_files(folder: Path) -> list[Path]:
     return found
 
 
-def prepare_output_dir(run: RunConfig, resume: bool = False) -> Path:
+def prepare_output_dir(run: RunConfig) -> Path:
     """Check the output folder before any work: creatable, writable, not the model, no older run (chapter A1).
 
     With `run.overwrite` a previous run's files are removed (an old model/ must not sit next to new
-    metrics); with `resume` they are kept, since the checkpoint is what the run continues from.
+    metrics); with `run.resume` they are kept, since the checkpoint is what the run continues from.
     """
     folder = Path(run.output_dir).expanduser()
     if folder.exists() and not folder.is_dir():
@@ -166,7 +130,7 @@ def prepare_output_dir(run: RunConfig, resume: bool = False) -> Path:
         raise ValueError(f"output_dir {folder} cannot be created or written ({err.strerror or err}): "
                          "choose a writable --output-dir") from None
     previous = previous_run_files(folder)
-    if previous and not (run.overwrite or resume):
+    if previous and not (run.overwrite or run.resume):
         names = ", ".join(p.name for p in previous)
         raise ValueError(f"output_dir {folder} already holds a run ({names}): pass --overwrite (overwrite=True) "
                          "to replace it, --resume to continue it, or choose another --output-dir")

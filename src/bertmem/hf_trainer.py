@@ -10,6 +10,7 @@ import torch
 
 from .accumulation import optimizer_steps
 from .devices import model_device
+from .run_config import RunConfig
 
 
 def trainer_first_step(model_fn: Callable[[], torch.nn.Module], batch: dict[str, torch.Tensor],
@@ -52,10 +53,12 @@ def checkpointing_arguments(enabled: bool) -> dict:
     return {name: enabled, f"{name}_kwargs": {"use_reentrant": False}}
 
 
-def train_with_trainer(model: torch.nn.Module, train_loader, config, output_dir: str | None = None):
+def train_with_trainer(model: torch.nn.Module, train_loader, config, output_dir: str | None = None,
+                       run: RunConfig | None = None):
     """The recipe through `transformers.Trainer`: our loader, our (layer-wise) AdamW + schedule, the fix (chapter 5).
 
     Returns a `TrainResult` built from the Trainer's log so the three ways of running compare directly.
+    `run` (a `RunConfig`): device and progress bars; its checkpoints are `train`'s, not the Trainer's.
     The accumulation fix of chapter 2 (`model_accepts_loss_kwargs = False`) is applied.
     """
     from transformers import Trainer, TrainingArguments
@@ -63,10 +66,11 @@ def train_with_trainer(model: torch.nn.Module, train_loader, config, output_dir:
     from .precision import choose_precision
     from .train import TrainResult, make_optimizer_and_scheduler, prepare_trainable
 
-    if config.resume or config.checkpoint_dir or config.oom_backoff:
-        raise ValueError("checkpoint_dir/resume/oom_backoff belong to bertmem.train.train; the Trainer has its own "
-                         "save_strategy and resume_from_checkpoint")
-    device_type = torch.device(config.device).type if config.device else model_device(model).type
+    run = run or RunConfig()
+    if run.checkpoint_dir or config.oom_backoff:
+        raise ValueError("checkpoint_every/resume/oom_backoff belong to bertmem.train.train; the Trainer has its "
+                         "own save_strategy and resume_from_checkpoint")
+    device_type = torch.device(run.device).type if run.device else model_device(model).type
     device_type = "cuda" if device_type == "cuda" else "cpu"
     choice = choose_precision(config.precision, device_type, verbose=False)
     _, total = optimizer_steps(len(train_loader), config.accumulation_steps, config.epochs, config.max_steps)
@@ -74,7 +78,7 @@ def train_with_trainer(model: torch.nn.Module, train_loader, config, output_dir:
                              per_device_train_batch_size=train_loader.batch_size or 1,
                              gradient_accumulation_steps=config.accumulation_steps, max_steps=total,
                              logging_steps=1, report_to="none", use_cpu=device_type == "cpu",
-                             disable_tqdm=not config.progress,
+                             disable_tqdm=not run.progress,
                              save_strategy="no", seed=config.seed, bf16=choice.precision == "bf16",
                              fp16=choice.precision == "fp16", **checkpointing_arguments(config.gradient_checkpointing),
                              max_grad_norm=config.max_grad_norm or 0.0,

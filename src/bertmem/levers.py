@@ -12,7 +12,8 @@ from typing import Any
 
 import torch
 
-from .experiment import RunConfig, build_model
+from .experiment import build_model
+from .run_config import RunConfig
 from .footprint import LORA_LR_FACTOR, LORA_RANK, trainable_share
 from .loaders import DataConfig, build_loaders, load_frames
 from .memory import measure_step_memory
@@ -62,7 +63,8 @@ def run_levers(run: RunConfig, data: DataConfig, recipes: dict[str, TrainConfig]
     """
     frames = load_frames(data)
     names = frames[0].attrs["label_names"]
-    device = torch.device(next(iter(recipes.values())).device or "cpu").type
+    device = torch.device(run.device or "cpu").type
+    run = dataclasses.replace(run, progress=False)  # one bar for all the runs
     resolved = {}  # 'auto' resolved once, quietly: every run of a lever uses the same precision
     for lever, recipe in recipes.items():
         resolved[lever] = dataclasses.replace(
@@ -73,11 +75,11 @@ def run_levers(run: RunConfig, data: DataConfig, recipes: dict[str, TrainConfig]
     steps = progress(None, "levers × seeds", total=len(seeds) * len(recipes))
     for seed in seeds:
         for lever, recipe in recipes.items():
-            recipe = dataclasses.replace(recipe, seed=seed, progress=False)
+            recipe = dataclasses.replace(recipe, seed=seed)
             seed_everything(seed)
             model, tokenizer = build_model(run, names, data.max_length)
-            if recipe.device is not None:
-                model.to(recipe.device)
+            if run.device is not None:
+                model.to(run.device)
             loaders = build_loaders(data, tokenizer, frames, seed=seed)
             if lever not in memory:  # a spare model and loader: the run's own order and weights stay untouched
                 spare, _ = build_model(run, names, data.max_length)
@@ -85,7 +87,7 @@ def run_levers(run: RunConfig, data: DataConfig, recipes: dict[str, TrainConfig]
                 widest = max(batches, key=lambda b: b["input_ids"].numel())
                 memory[lever] = lever_memory(spare.to(next(model.parameters()).device), widest, recipe)
                 del spare
-            result = train(model, loaders.train, recipe, loaders.eval)
+            result = train(model, loaders.train, recipe, loaders.eval, run=run)
             runs[lever].append({"accuracy": result.final_metrics["accuracy"],
                                 "macro_f1": result.final_metrics["macro_f1"],
                                 "time": result.epochs[-1]["train_time_s"]})

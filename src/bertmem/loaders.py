@@ -1,6 +1,7 @@
-"""What the data is, and the one way to turn it into training and evaluation loaders (chapters 0, 5, A1).
+"""What the data is, and the one way to turn it into training and evaluation loaders (all chapters that train).
 
-`DataConfig` names the data (source, columns, subset sizes, tokens per example, micro-batch, padding);
+`DataConfig` names the data (source, columns, subset sizes, tokens per example and how long texts are cut,
+micro-batch, padding);
 `build_loaders` is what `bertmem train`, the bench and the chapters that fine-tune on the profile's data
 call, so they tokenize, pad and evaluate the same way.
 """
@@ -12,13 +13,14 @@ from typing import NamedTuple
 
 from torch.utils.data import DataLoader
 
-from .data import EVAL_SPLITS, HUB_IDS, load_text_classification, make_loader, subsample, tokenize_frame
+from .data import (EVAL_SPLITS, HUB_IDS, TRUNCATIONS, load_text_classification, make_loader, subsample,
+                   tokenize_frame)
 from .profile import Profile, check_subset_sizes, parse_size
 
 
 @dataclass(frozen=True)
 class DataConfig:
-    """What the data is: source, columns, subset sizes, tokens, micro-batch and padding (chapters 0, 5, A1)."""
+    """What the data is: source, columns, subset sizes, tokens, truncation, micro-batch, padding (ch. 0, 5, A1)."""
 
     dataset: str = field(default="imdb", metadata={
         "help": "imdb, rotten_tomatoes, sst2, a Hub id, or a CSV/JSON/Parquet file"})
@@ -31,6 +33,9 @@ class DataConfig:
     eval_size: int | None = field(default=500, metadata={
         "help": "evaluation examples, or 'all'", "parse": parse_size})
     max_length: int = field(default=256, metadata={"help": "tokens per example (longer ones are cut)"})
+    truncation: str = field(default="head", metadata={
+        "help": "what a cut keeps: head (the first tokens) or head+tail (a quarter from the start, the rest "
+                "from the end) (chapter 6)", "choices": TRUNCATIONS})
     batch_size: int = field(default=8, metadata={"help": "micro-batch (per process under Accelerate)"})
     eval_batch_size: int | None = field(default=None, metadata={
         "help": "examples per evaluation batch (default: twice the micro-batch)"})
@@ -48,6 +53,8 @@ class DataConfig:
             raise ValueError(f"batch_size and eval_batch_size must be >= 1, got {self.batch_size} and "
                              f"{self.eval_batch_size}")
         check_subset_sizes(train_size=self.train_size, eval_size=self.eval_size)
+        if self.truncation not in TRUNCATIONS:
+            raise ValueError(f"truncation must be one of {TRUNCATIONS}, got {self.truncation!r}")
         if self.data_seed < 0:
             raise ValueError(f"data_seed must be >= 0, got {self.data_seed}")
 
@@ -96,7 +103,7 @@ def load_frames(data: DataConfig):
 
 
 def build_loaders(data: DataConfig, tokenizer, frames=None, seed: int = 0) -> Loaders:
-    """Tokenize and batch the data: the training order follows `seed` (chapters 0, 5, A1).
+    """Tokenize and batch the data: the training order follows `seed` (chapters 0, 3-6, 8, A1).
 
     Evaluation always pads per batch and groups by length (batches of twice the micro-batch unless
     `eval_batch_size` says otherwise): how it is batched does not change what it measures, so every caller
@@ -104,8 +111,9 @@ def build_loaders(data: DataConfig, tokenizer, frames=None, seed: int = 0) -> Lo
     """
     train_frame, eval_frame = frames if frames is not None else load_frames(data)
     pad = data.max_length if data.pad_to_max_length else None
-    train = make_loader(tokenize_frame(train_frame, tokenizer, data.max_length), tokenizer, data.batch_size,
-                        shuffle=True, seed=seed, group_by_length=data.group_by_length, pad_to_max_length=pad)
-    evaluation = make_loader(tokenize_frame(eval_frame, tokenizer, data.max_length), tokenizer,
+    train = make_loader(tokenize_frame(train_frame, tokenizer, data.max_length, data.truncation), tokenizer,
+                        data.batch_size, shuffle=True, seed=seed, group_by_length=data.group_by_length,
+                        pad_to_max_length=pad)
+    evaluation = make_loader(tokenize_frame(eval_frame, tokenizer, data.max_length, data.truncation), tokenizer,
                              data.eval_batch_size or 2 * data.batch_size, group_by_length=True)
     return Loaders(train, evaluation)

@@ -20,6 +20,7 @@ from .footprint import OPTIMIZER_NAMES, apply_lora, freeze_lower_layers, has_lor
 from .devices import model_device, require_device, synchronize
 from .interrupts import TrainingInterrupted, interruption, stops_on_sigterm
 from .precision import REQUESTS, MixedPrecision, check_finite, choose_precision
+from .run_config import RunConfig
 from .profile import Profile, seed_everything
 from .profile import progress as progress_bar
 
@@ -30,11 +31,15 @@ def _off_if_zero(raw: str) -> float | None:
     return None if value == 0 else value
 
 
+RUN_FIELDS = ("device", "progress", "checkpoint_dir", "checkpoint_every", "resume")  # RunConfig's, not the recipe's
+
+
 @dataclass(frozen=True)
 class TrainConfig:
-    """The recipe and how the loop runs it, validated at construction (chapters 0, 2-5).
+    """The recipe: what the model learns and how, validated at construction (chapters 0, 2-5, 8).
 
-    Every field with help text is also a flag of `bertmem train` (generated, `bertmem.flags`).
+    Every field with help text is also a flag of `bertmem train` (generated, `bertmem.flags`). Where and
+    how the loop runs (device, progress bars, checkpoints) is `RunConfig`'s concern.
     """
 
     epochs: int = field(default=1, metadata={"help": "passes over the training data"})
@@ -43,10 +48,7 @@ class TrainConfig:
     warmup_ratio: float = field(default=0.1, metadata={"help": "share of the steps spent warming up"})
     seed: int = field(default=0, metadata={
         "help": "training seed: classifier head, dropout, data order (which examples: --data-seed)"})
-    device: str | None = field(default=None, metadata={
-        "help": "cpu or cuda (default: wherever the model is)"})  # place the model once (chapter 0)
     max_steps: int | None = field(default=None, metadata={"help": "stop after this many optimizer steps"})
-    progress: bool = field(default=True, metadata={"help": "show progress bars"})
     layerwise_decay: float | None = field(default=None, metadata={
         "help": "layer-wise LR decay in (0, 1], e.g. 0.95 (chapter 4)"})  # None: one AdamW group
     accumulation_steps: int = field(default=1, metadata={"help": "micro-batches per optimizer step (chapter 2)"})
@@ -61,10 +63,6 @@ class TrainConfig:
     gradient_checkpointing: bool = field(default=False, metadata={
         "help": "recompute each layer in backward instead of keeping its activations (chapter 5)"})
     fused_optimizer: bool | None = None  # chapter 5: fused AdamW kernel; None = where the device supports it
-    checkpoint_dir: str | None = None  # chapter 5: folder for checkpoint.pt (saved on Ctrl-C and each epoch)
-    checkpoint_every: int | None = field(default=None, metadata={
-        "help": "save a checkpoint every N optimizer steps (chapter 5)"})
-    resume: bool = field(default=False, metadata={"help": "continue from the checkpoint in the output folder"})
     oom_backoff: bool = field(default=False, metadata={
         "help": "on out-of-memory halve the micro-batch, double the accumulation (chapter 5)"})
     optimizer: str = field(default="adamw", metadata={
@@ -75,11 +73,18 @@ class TrainConfig:
     freeze_layers: int = field(default=0, metadata={
         "help": "freeze the embeddings and this many bottom encoder layers (chapter 8)"})
 
+    def __new__(cls, *args, **kwargs):
+        # fields that moved to RunConfig: say where they live now instead of a bare "unexpected keyword"
+        moved = [name for name in RUN_FIELDS if name in kwargs]
+        if moved:
+            raise TypeError(f"{', '.join(moved)} belong to RunConfig (how and where a run happens), not the recipe: "
+                            f"pass run=RunConfig({moved[0]}=...) to train")
+        return super().__new__(cls)
+
     @classmethod
     def from_profile(cls, profile: Profile, **overrides) -> "TrainConfig":
-        """The profile's recipe for a run of its own: epochs, learning rate, device, precision 'auto'."""
-        values = dict(epochs=profile.epochs, learning_rate=profile.learning_rate, device=profile.device,
-                      precision="auto")
+        """The profile's recipe for a run of its own: epochs, learning rate, precision 'auto'."""
+        values = dict(epochs=profile.epochs, learning_rate=profile.learning_rate, precision="auto")
         return cls(**{**values, **overrides})
 
     def __post_init__(self) -> None:
@@ -109,16 +114,6 @@ class TrainConfig:
             raise ValueError(f"freeze_layers must be an int >= 0, got {self.freeze_layers!r}")
         if self.max_steps is not None and self.max_steps < 1:
             raise ValueError(f"max_steps must be >= 1 or None, got {self.max_steps}")
-        every = self.checkpoint_every
-        if every is not None and (not isinstance(every, int) or every < 1):
-            raise ValueError(f"checkpoint_every must be an int >= 1 or None, got {self.checkpoint_every!r}")
-        if (self.checkpoint_every is not None or self.resume) and not self.checkpoint_dir:
-            raise ValueError("checkpoint_every and resume need checkpoint_dir: the folder that holds checkpoint.pt")
-        if self.device is not None:
-            try:
-                torch.device(self.device)
-            except RuntimeError as err:
-                raise ValueError(f"device {self.device!r} is not a torch device: use 'cpu' or 'cuda'") from err
 
 
 def make_optimizer_and_scheduler(model: torch.nn.Module, config: TrainConfig, total_steps: int):
@@ -170,19 +165,23 @@ def run_settings(config: TrainConfig, train_loader, micro_size: int, extra: dict
 
 @stops_on_sigterm  # SIGTERM saves a checkpoint like Ctrl-C does
 def train(model: torch.nn.Module, train_loader: DataLoader, config: TrainConfig,
-          eval_loader: DataLoader | None = None, settings: dict[str, Any] | None = None) -> TrainResult:
+          eval_loader: DataLoader | None = None, settings: dict[str, Any] | None = None,
+          run: RunConfig | None = None) -> TrainResult:
     """Fine-tune: micro-batch windows (ch. 2), autocast + scaler (ch. 3), layer-wise LRs (ch. 4), checkpoints (ch. 5).
 
-    `settings`: what the caller knows about the run (model id, dataset name …), stored in checkpoints and
-    compared on resume together with the recipe and the data's fingerprint.
+    `run`: device, progress bars and checkpoints (`RunConfig`; default: the model's device, bars, no
+    checkpoints). `settings`: what the caller knows about the run (model id, dataset name …), stored in
+    checkpoints and compared on resume together with the recipe and the data's fingerprint.
     """
+    run = run or RunConfig()
+    folder = run.checkpoint_dir
     if len(train_loader) == 0:
         raise ValueError("the training loader yields no batches: the dataset is empty")
     micro_size = getattr(train_loader, "batch_size", None) or len(next(iter(train_loader))["labels"])
     check_dataset_fits(dataset_size(train_loader), micro_size * config.accumulation_steps)
     seed_everything(config.seed)
-    if config.device is not None:  # asked for a device: place the model there once; helpers follow it
-        model.to(require_device(config.device))
+    if run.device is not None:  # asked for a device: place the model there once; helpers follow it
+        model.to(require_device(run.device))
     device = model_device(model)
     prepare_trainable(model, config)
     if config.gradient_checkpointing:
@@ -199,14 +198,14 @@ def train(model: torch.nn.Module, train_loader: DataLoader, config: TrainConfig,
            "generator": generator.get_state() if generator is not None else None}
     rng = None
     extra_settings, settings = settings, {}
-    if config.checkpoint_dir:
+    if folder:
         settings = run_settings(config, train_loader, micro_size, extra_settings)
     if settings:
         settings["precision_used"] = choice.precision  # 'auto' can resolve differently on another card
-    if config.resume:
-        ckpt = load_checkpoint(config.checkpoint_dir)
-        check_resume_settings(ckpt["settings"], settings, config.checkpoint_dir)
-        load_model_state(model, ckpt["model"], config.checkpoint_dir)
+    if run.resume:
+        ckpt = load_checkpoint(folder)
+        check_resume_settings(ckpt["settings"], settings, folder)
+        load_model_state(model, ckpt["model"], folder)
         optimizer.load_state_dict(ckpt["optimizer"])
         scheduler.load_state_dict(ckpt["scheduler"])
         if ckpt["scaler"] is not None:
@@ -218,7 +217,7 @@ def train(model: torch.nn.Module, train_loader: DataLoader, config: TrainConfig,
 
     def checkpoint(position: dict, rng_state: dict) -> None:
         try:
-            save_checkpoint(config.checkpoint_dir, model=model, optimizer=optimizer, scheduler=scheduler,
+            save_checkpoint(folder, model=model, optimizer=optimizer, scheduler=scheduler,
                             scaler=amp.scaler if choice.use_scaler else None, rng=rng_state,
                             position=dict(position, skipped=amp.skipped_steps), history=result.history,
                             epochs=result.epochs, settings=settings)
@@ -241,9 +240,9 @@ def train(model: torch.nn.Module, train_loader: DataLoader, config: TrainConfig,
             restore_rng(rng)  # after the loader drew its seeds: the run continues exactly
             rng = None
         boundary = dict(pos, epoch=epoch, micro_batches=done, step=step, seen=seen, splits=splits)
-        boundary_rng = capture_rng() if config.checkpoint_dir else None
+        boundary_rng = capture_rng() if folder else None
         # counted by hand: a bar that wraps the iterator counts an item only when asked for the next one
-        bar = progress_bar(None, f"epoch {epoch}/{config.epochs}", enabled=config.progress, total=steps_per_epoch,
+        bar = progress_bar(None, f"epoch {epoch}/{config.epochs}", enabled=run.progress, total=steps_per_epoch,
                            initial=done // config.accumulation_steps)
         try:
             for window in windows(batches, config.accumulation_steps):
@@ -272,11 +271,11 @@ def train(model: torch.nn.Module, train_loader: DataLoader, config: TrainConfig,
                 result.history.append(record)
                 bar.set_postfix(loss=f"{loss:.3f}", refresh=False)  # shown at the next timed redraw
                 bar.update(1)
-                if config.checkpoint_dir:
+                if folder:
                     boundary = dict(boundary, micro_batches=done, step=step, seen=seen, splits=splits,
                                     elapsed_s=before + time.perf_counter() - start)
                     boundary_rng = capture_rng()
-                    if config.checkpoint_every and step % config.checkpoint_every == 0:
+                    if run.checkpoint_every and step % run.checkpoint_every == 0:
                         checkpoint(boundary, boundary_rng)
                 if step >= total:
                     break
@@ -284,15 +283,15 @@ def train(model: torch.nn.Module, train_loader: DataLoader, config: TrainConfig,
             elapsed = before + time.perf_counter() - start
             record = {"epoch": epoch, "train_time_s": elapsed, "examples": seen, "examples_per_s": seen / elapsed}
             if eval_loader is not None:  # interrupted here: the resumed run skips the trained batches, evaluates
-                record.update(evaluate(model, eval_loader, show_progress=config.progress))
+                record.update(evaluate(model, eval_loader, show_progress=run.progress))
             result.epochs.append(record)
             pos = {"epoch": epoch + 1, "micro_batches": 0, "step": step, "seen": 0, "splits": splits,
                    "elapsed_s": 0.0, "generator": generator.get_state() if generator is not None else None}
-            if config.checkpoint_dir:
+            if folder:
                 boundary, boundary_rng = pos, capture_rng()
                 checkpoint(pos, boundary_rng)
         except KeyboardInterrupt as stop:
             written = bool(last_saved) and last_saved[0] is boundary
-            raise interruption(stop, boundary, boundary_rng, checkpoint, config.checkpoint_dir, written) from None
+            raise interruption(stop, boundary, boundary_rng, checkpoint, folder, written) from None
     result.skipped_steps = amp.skipped_steps
     return result
