@@ -164,10 +164,11 @@ def test_fsdp_on_two_cpu_processes_shards_weights_and_adam_state(tmp_path, revie
     assert per_strategy["fsdp"][0]["parameter_checksum"] == per_strategy["fsdp"][1]["parameter_checksum"]
 
 
-def test_bench_runs_every_variant_and_writes_tables(tmp_path, plain_csv):
+def test_bench_runs_every_variant_and_writes_tables(tmp_path, plain_csv, capsys):
     bench = BenchConfig(model="tiny-bert", dataset=str(plain_csv), train_size=48, eval_size=16, max_length=32,
                         effective_batch=8, learning_rate=1e-3, progress=False, seeds=(0, 1))
     result = run_bench(bench)
+    assert "precision:" not in capsys.readouterr().out  # 'auto' resolved once per variant, quietly
     rows = {r["variant"]: r for r in result["rows"]}
     assert list(rows) == list(bench.variants)
     assert rows["accumulation ×4"]["activations ratio"] == pytest.approx(0.25, rel=0.1)

@@ -162,6 +162,7 @@ def run_variant(bench: BenchConfig, variant: str, frames, peak_tflops: dict[str,
     model, tokenizer = build_model(run, train_frame.attrs["label_names"], data.max_length)
     loader, eval_loader = build_loaders(data, tokenizer, frames, seed=config.seed)
     precision = choose_precision(config.precision, torch.device(run.device).type, verbose=False).precision
+    config = dataclasses.replace(config, precision=precision)  # resolved once: train() need not announce it
     row = {"variant": variant, "micro-batch": data.batch_size, "accumulation": config.accumulation_steps,
            "precision": precision, "attention": run.attention,
            "padding": "dynamic, length-grouped" if data.group_by_length else f"to {data.max_length}"}
