@@ -71,7 +71,8 @@ def test_cli_lora_run_saves_a_merged_model_that_predicts(tmp_path, reviews_csv):
 @pytest.mark.parametrize("extra, message", [
     (["--label-column", "stars"], "missing column"),
     (["--precision", "fp16"], "fp16"),
-    (["--backend", "accelerate", "--resume"], "checkpoint"),
+    (["--backend", "accelerate", "--resume"], "features of bertmem's own loop (backend 'plain')"),
+    (["--backend", "trainer", "--checkpoint-every", "5"], "not of backend 'trainer'"),
 ])
 def test_cli_bad_arguments_exit_2_with_a_message(tmp_path, reviews_csv, capsys, extra, message):
     with pytest.raises(SystemExit) as exit_info:

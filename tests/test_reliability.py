@@ -316,3 +316,15 @@ def test_throughput_after_resume_counts_the_time_before_the_interruption(tmp_pat
     assert epoch["examples"] == 32 and epoch["train_time_s"] >= 0.6
     assert epoch["examples_per_s"] == pytest.approx(32 / epoch["train_time_s"])
     assert json.dumps(epoch)  # plain numbers only
+
+
+def test_a_checkpoint_from_before_a_setting_existed_still_resumes():
+    from bertmem.checkpoint import settings_differences
+
+    now = {"dataset": "imdb", "truncation": "head", "learning_rate": 1e-3, "progress": False}
+    older = {"dataset": "imdb", "learning_rate": 1e-3, "progress": True}  # written before `truncation` existed
+    assert settings_differences(older, now) == []  # every run before it cut the head; progress is safe to change
+    assert settings_differences(older, dict(now, truncation="head+tail")) == [
+        "truncation: checkpoint 'head', now 'head+tail'"]
+    assert settings_differences(dict(older, learning_rate=2e-3), now) == [
+        "learning_rate: checkpoint 0.002, now 0.001"]

@@ -73,8 +73,10 @@ def test_bad_config(kwargs):
 def test_bad_run_config_and_run_settings_in_the_recipe():
     with pytest.raises(ValueError, match="not a torch device"):
         RunConfig(device="gpu0")
-    with pytest.raises(TypeError, match=r"progress belong to RunConfig .* run=RunConfig\(progress=...\)"):
+    with pytest.raises(TypeError, match=r"RunConfig's, not the recipe's: pass run=RunConfig\(progress=...\) to"):
         TrainConfig(learning_rate=1e-3, progress=False)
+    with pytest.raises(TypeError, match=r"RunConfig\(device=..., output_dir=... with checkpoint_every=... or res"):
+        TrainConfig(device="cpu", checkpoint_dir="out")
     assert dataclasses.replace(TrainConfig(), seed=3).seed == 3  # replace still builds recipes
 
 

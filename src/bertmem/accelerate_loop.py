@@ -65,7 +65,7 @@ def shard_with_fsdp2(model: torch.nn.Module) -> torch.nn.Module:
 
 
 def train_with_accelerate(model: torch.nn.Module, train_loader, config: TrainConfig, eval_loader=None,
-                          accelerator=None, run: RunConfig | None = None) -> TrainResult:
+                          accelerator=None, *, run: RunConfig | None = None) -> TrainResult:
     """`train` written the Accelerate way: `prepare`, `accumulate`, `backward`, `clip_grad_norm_` (chapter 5).
 
     The scheduler is stepped by hand once per optimizer step, so its length is the same for one or many

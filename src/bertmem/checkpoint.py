@@ -21,6 +21,8 @@ FORMAT = 2  # 2: loads with weights_only=True and records the run's settings
 SAFE_TO_CHANGE = frozenset({"progress", "checkpoint_every", "checkpoint_dir", "resume", "device", "oom_backoff",
                             "gradient_checkpointing", "fused_optimizer", "guard_non_finite", "output_dir",
                             "save_model", "backend", "eval_dataset", "eval_size", "eval_batch_size", "overwrite"})
+# Settings added after a checkpoint format, with the value every run before them had: an older checkpoint resumes.
+ADDED_SETTINGS = {"truncation": "head"}
 
 
 class CheckpointError(ValueError):
@@ -88,8 +90,8 @@ def load_checkpoint(folder: str | os.PathLike) -> dict[str, Any]:
     """Read `folder/checkpoint.pt` as data only (no code runs), with one-line errors naming the file."""
     path = Path(folder) / CHECKPOINT_NAME
     if not path.is_file():
-        raise FileNotFoundError(f"no checkpoint at {path}: run without resume first, or point checkpoint_dir "
-                                "at the folder of the interrupted run")
+        raise FileNotFoundError(f"no checkpoint at {path}: run without resume first, or point output_dir "
+                                "(--output-dir) at the folder of the interrupted run")
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # noqa: BLE001 - a damaged file fails in many ways (Unpickling, EOF, Key, zip errors)
@@ -106,6 +108,7 @@ def load_checkpoint(folder: str | os.PathLike) -> dict[str, Any]:
 
 def settings_differences(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
     """Each setting that differs between a checkpoint and this run and is not safe to change (chapter 5)."""
+    saved = {**{k: v for k, v in ADDED_SETTINGS.items() if k in current}, **saved}
     keys = sorted((set(saved) | set(current)) - SAFE_TO_CHANGE)
     return [f"{key}: checkpoint {saved.get(key)!r}, now {current.get(key)!r}"
             for key in keys if saved.get(key) != current.get(key)]

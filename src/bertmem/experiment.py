@@ -18,8 +18,9 @@ from .loaders import DataConfig, build_loaders, load_frames
 from .models import classifier_from_config, load_classifier, load_tokenizer, tiny_bert_config
 from .devices import require_device, resolve_device
 from .profile import MINILM_ID, seed_everything
-from .run_config import BACKENDS, TINY_MODEL, RunConfig  # noqa: F401  (re-exported: chapters import them here)
+from .run_config import BACKENDS, TINY_MODEL, RunConfig  # noqa: F401  (also importable from here, as before)
 from .train import TrainConfig, TrainResult, train
+
 
 def build_model(run: RunConfig, label_names: list[str], max_length: int = 512):
     """The classifier for run.model (a Hub id, folder, or 'tiny-bert') and its tokenizer (chapter 5)."""

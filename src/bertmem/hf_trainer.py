@@ -53,7 +53,7 @@ def checkpointing_arguments(enabled: bool) -> dict:
     return {name: enabled, f"{name}_kwargs": {"use_reentrant": False}}
 
 
-def train_with_trainer(model: torch.nn.Module, train_loader, config, output_dir: str | None = None,
+def train_with_trainer(model: torch.nn.Module, train_loader, config, output_dir: str | None = None, *,
                        run: RunConfig | None = None):
     """The recipe through `transformers.Trainer`: our loader, our (layer-wise) AdamW + schedule, the fix (chapter 5).
 

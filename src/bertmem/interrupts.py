@@ -86,7 +86,8 @@ def interruption(stop: KeyboardInterrupt, boundary: dict, rng_state, checkpoint:
     label = "Ctrl-C" if name == "SIGINT" else name
     if not checkpoint_dir:
         return TrainingInterrupted(f"interrupted by {label} after optimizer step {boundary['step']}; no checkpoint "
-                                   "was kept (set checkpoint_dir, or --checkpoint-every, to keep progress)", name)
+                                   "was kept (set output_dir and checkpoint_every, --output-dir and "
+                                   "--checkpoint-every, to keep progress)", name)
     if not written:
         checkpoint(boundary, rng_state)
     return TrainingInterrupted(f"interrupted by {label}: saved a checkpoint at optimizer step {boundary['step']} "

@@ -1,4 +1,4 @@
-"""How and where a run happens: model, device, output folder, checkpoints, progress (chapters 0, 5, A1).
+"""How and where a run happens: model, device, output folder, checkpoints, progress (chapters 4, 5, 8, A1).
 
 One of the three configuration dataclasses: what the data is lives in `DataConfig` (`bertmem.loaders`),
 the recipe in `TrainConfig` (`bertmem.train`); none of this one changes what the model learns.
@@ -19,7 +19,7 @@ TINY_MODEL = "tiny-bert"  # a 2-layer random BERT with MiniLM's vocabulary: test
 
 @dataclass(frozen=True)
 class RunConfig:
-    """How and where a run happens: model, kernels, device, loop, output folder, checkpoints (ch. 5, A1).
+    """How and where a run happens: model, kernels, device, loop, output folder, checkpoints (ch. 4, 5, 8, A1).
 
     Every field with help text is also a flag of `bertmem train` (generated, `bertmem.flags`).
     """
@@ -35,7 +35,7 @@ class RunConfig:
     progress: bool = field(default=True, metadata={"help": "show progress bars"})
     output_dir: str | None = field(default=None, metadata={
         "help": "folder for metrics.json, config.json, loss.png (and checkpoints, the model)"})
-    checkpoint_every: int | None = field(default=None, metadata={
+    checkpoint_every: int | None = field(default=None, metadata={  # None: no checkpoints at all
         "help": "keep OUTPUT_DIR/checkpoint.pt: every N optimizer steps, each epoch and on Ctrl-C (chapter 5)"})
     resume: bool = field(default=False, metadata={
         "help": "continue from OUTPUT_DIR/checkpoint.pt (and keep checkpointing there)"})
@@ -55,6 +55,9 @@ class RunConfig:
                              (self.resume, "resume")):
             if wanted and not self.output_dir:
                 raise ValueError(f"{name} needs output_dir: the folder that holds the model and checkpoint.pt")
+        if self.checkpoint_dir and self.backend != "plain":
+            raise ValueError(f"checkpoint_every and resume are features of bertmem's own loop (backend 'plain'), not "
+                             f"of backend {self.backend!r}: drop them, or use the backend's own checkpoints")
         if self.device is not None:
             try:
                 torch.device(self.device)

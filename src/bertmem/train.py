@@ -31,7 +31,8 @@ def _off_if_zero(raw: str) -> float | None:
     return None if value == 0 else value
 
 
-RUN_FIELDS = ("device", "progress", "checkpoint_dir", "checkpoint_every", "resume")  # RunConfig's, not the recipe's
+RUN_FIELDS = {"device": "device=...", "progress": "progress=...", "checkpoint_every": "checkpoint_every=...",  # moved
+              "resume": "resume=...", "checkpoint_dir": "output_dir=... with checkpoint_every=... or resume=True"}
 
 
 @dataclass(frozen=True)
@@ -73,12 +74,12 @@ class TrainConfig:
     freeze_layers: int = field(default=0, metadata={
         "help": "freeze the embeddings and this many bottom encoder layers (chapter 8)"})
 
-    def __new__(cls, *args, **kwargs):
-        # fields that moved to RunConfig: say where they live now instead of a bare "unexpected keyword"
-        moved = [name for name in RUN_FIELDS if name in kwargs]
+    def __new__(cls, *args: Any, **kwargs: Any) -> "TrainConfig":
+        """Refuse run settings by name, saying where they live now (chapter 5): not a bare 'unexpected keyword'."""
+        moved = [RUN_FIELDS[name] for name in RUN_FIELDS if name in kwargs]
         if moved:
-            raise TypeError(f"{', '.join(moved)} belong to RunConfig (how and where a run happens), not the recipe: "
-                            f"pass run=RunConfig({moved[0]}=...) to train")
+            raise TypeError("how and where a run happens is RunConfig's, not the recipe's: pass "
+                            f"run=RunConfig({', '.join(moved)}) to train")
         return super().__new__(cls)
 
     @classmethod
@@ -165,13 +166,14 @@ def run_settings(config: TrainConfig, train_loader, micro_size: int, extra: dict
 
 @stops_on_sigterm  # SIGTERM saves a checkpoint like Ctrl-C does
 def train(model: torch.nn.Module, train_loader: DataLoader, config: TrainConfig,
-          eval_loader: DataLoader | None = None, settings: dict[str, Any] | None = None,
+          eval_loader: DataLoader | None = None, settings: dict[str, Any] | None = None, *,
           run: RunConfig | None = None) -> TrainResult:
     """Fine-tune: micro-batch windows (ch. 2), autocast + scaler (ch. 3), layer-wise LRs (ch. 4), checkpoints (ch. 5).
 
     `run`: device, progress bars and checkpoints (`RunConfig`; default: the model's device, bars, no
-    checkpoints). `settings`: what the caller knows about the run (model id, dataset name …), stored in
-    checkpoints and compared on resume together with the recipe and the data's fingerprint.
+    checkpoints; with `checkpoint_every` or `resume`, checkpoint.pt lives in `run.output_dir`).
+    `settings`: what the caller knows about the run (model id, dataset name …), stored in checkpoints and
+    compared on resume together with the recipe and the data's fingerprint.
     """
     run = run or RunConfig()
     folder = run.checkpoint_dir
