@@ -320,3 +320,24 @@ def test_bench_marks_a_variant_that_does_not_fit_and_keeps_the_rest(plain_csv):
     assert rows["full recipe"]["ratios relative to"] == "accumulation ×4" and rows["full recipe"]["accuracy"] >= 0
     assert set(result["matmul_tflops"]) == set(precisions_used(bench))  # MFU: the precision each row used
     assert rows["accumulation ×4"]["MFU"] > 0 and rows["full recipe"]["MFU"] > 0
+
+
+def test_every_variant_of_a_seed_starts_from_the_same_classifier_head(plain_csv, monkeypatch):
+    import bertmem.bench as bench_module
+    from bertmem.loaders import DataConfig, load_frames
+
+    heads, real = [], bench_module.build_model
+
+    def recording(*args, **kwargs):
+        model, tokenizer = real(*args, **kwargs)
+        heads.append(model.classifier.weight.detach().clone())
+        return model, tokenizer
+
+    monkeypatch.setattr(bench_module, "build_model", recording)
+    bench = BenchConfig(model="tiny-bert", dataset=str(plain_csv), train_size=16, eval_size=8, max_length=16,
+                        effective_batch=8, learning_rate=1e-3, progress=False, seeds=(0,))
+    frames = load_frames(DataConfig(dataset=str(plain_csv), train_size=16, eval_size=8, max_length=16))
+    bench_module.run_variant(bench, "fp32 baseline", frames, peak_tflops=None)
+    torch.rand(1000)  # whatever ran in between (a timing loop, another variant) draws from the global generator
+    bench_module.run_variant(bench, "full recipe", frames, peak_tflops=None)
+    assert len(heads) == 2 and torch.equal(heads[0], heads[1])

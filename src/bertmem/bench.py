@@ -18,7 +18,7 @@ from .loaders import DataConfig, build_loaders, load_frames
 from .memory import measure_step_memory
 from .stats import compare_accuracies, step_timing, summarize
 from .workload import matmul_tflops, model_flops_utilisation
-from .profile import MINILM_ID, Profile, parse_size
+from .profile import MINILM_ID, Profile, parse_size, seed_everything
 from .train import TrainConfig
 
 VARIANTS = ("fp32 baseline", "accumulation ×4", "mixed precision + accumulation", "full recipe",
@@ -159,6 +159,7 @@ def run_variant(bench: BenchConfig, variant: str, frames, peak_tflops: dict[str,
 
     run, data, config = variant_settings(bench, variant, seed)
     train_frame, eval_frame = frames
+    seed_everything(config.seed)  # the classifier head: the same for every variant of a seed, whatever ran before
     model, tokenizer = build_model(run, train_frame.attrs["label_names"], data.max_length)
     loader, eval_loader = build_loaders(data, tokenizer, frames, seed=config.seed)
     precision = choose_precision(config.precision, torch.device(run.device).type, verbose=False).precision
