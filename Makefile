@@ -8,7 +8,8 @@ STAMP := $(VENV)/.installed
 TORCH_SPEC ?= torch==2.13.0
 HAS_GPU := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && echo yes)
 
-.PHONY: install lint execute test unit notebooks notebooks-gpu-profile book site-check bench bench-estimator bench-planner bench-stability gpu-check clean
+
+.PHONY: install lint check colab-stack execute test unit notebooks notebooks-gpu-profile book site-check bench bench-estimator bench-planner bench-stability gpu-check clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -29,6 +30,11 @@ lint: install
 
 unit: install
 	$(PY) -m pytest tests
+
+# The contributor's fast loop (under 3 minutes on 2 cores): lint, then every unit test not marked slow (each of
+# those takes a second or more: real models, subprocesses, the site build). `make test` runs everything.
+check: lint
+	$(PY) -m pytest -q -m "not slow" tests
 
 notebooks: install
 	$(PY) -m pytest --nbval-lax --nbval-cell-timeout=900 --nbval-sanitize-with nbval-sanitize.cfg book/
@@ -54,6 +60,13 @@ site-check: install
 	$(VENV)/bin/jupyter-book config sphinx . >/dev/null
 	PYTHONPATH=book/_ext $(PY) -m sphinx -b html -W --keep-going -q -D nb_execution_mode=off . _build/site-check
 	rm -f conf.py
+
+# Colab's GPU image rebuilt here (Python 3.13, Colab's published versions, the CUDA build of torch on the CPU),
+# bertmem installed on top as the notebooks' install cell does; fails if that replaces any of Colab's packages;
+# then the unit tests and every notebook's GPU-profile dry run on it -> results/colab-stack.md
+# (~15 min; several GB of downloads the first time).
+colab-stack: install
+	$(PY) scripts/colab_stack.py
 
 clean:
 	rm -rf _build $(VENV) conf.py

@@ -5,6 +5,11 @@ executed them); the GPU columns are `bertmem.workload.chapter_minutes` for the G
 on an A100), FLOP-count estimates. Run after re-executing notebooks or changing chapter sizes:
 
     python scripts/sync_chapter_minutes.py      (tests/test_workload.py fails while book/intro.md disagrees)
+
+Each chapter's CPU-side minutes (what a GPU run spends on imports, estimates, demonstrations and tokenizing) are
+the wall times of the GPU profile's dry run; record a new dry run with
+
+    python scripts/sync_chapter_minutes.py --cpu-work _build/gpu-profile-dry-run/dry-run.json
 """
 
 from __future__ import annotations
@@ -44,7 +49,7 @@ def table() -> str:
     from bertmem.estimate import parameter_count
     from bertmem.profile import get_profile
     from bertmem.estimate import model_config
-    from bertmem.workload import CARDS, OVERHEAD_MINUTES, chapter_minutes
+    from bertmem.workload import CARDS, FIRST_RUN_MINUTES, MODEL_LOAD_SECONDS, chapter_minutes
 
     gpu, full = get_profile("gpu", env={}), get_profile("full", env={})
     params = parameter_count(gpu.model_id)
@@ -64,19 +69,46 @@ def table() -> str:
     config = model_config(gpu.model_id)
     embeddings = (config.vocab_size + config.max_position_embeddings + config.type_vocab_size) * config.hidden_size
     matmul = 6 * (params - embeddings) + 12 * config.num_hidden_layers * gpu.max_length * config.hidden_size
-    shares = ", ".join(f"{card.name} {card.utilisation:.0%}" for card in CARDS.values())
+    t4 = CARDS["T4"]
+    others = ", ".join(f"{card.name} {card.utilisation:.0%}" for card in CARDS.values() if not card.measured_tflops)
+    measured = ", ".join(f"{p} {v:g} TFLOP/s" for p, v in t4.measured_tflops.items())
+    sources = ",".join(f"{card.source}" for card in CARDS.values())
     note = (f"\nMinutes. GPU columns are estimates, not measurements: 6 · parameters · tokens FLOPs per training "
             f"example and 2 · parameters · tokens per evaluated one {{cite:p}}`kaplan2020scaling`, every example "
-            f"counted at the chapter's full token limit, at an assumed share of each card's dense datasheet peak "
-            f"for the precision the chapter uses ({shares}; {{cite:p}}`nvidia2018t4,nvidia2023l4,nvidia2020a100`), "
-            f"plus {OVERHEAD_MINUTES:.0f} minute per chapter for loading and tokenizing. For bert-base at "
+            f"counted at the chapter's full token limit. Training runs at the throughput a BERT-class fine-tune was "
+            f"measured to reach on a T4 ({measured}; {{cite:p}}`{t4.measured_source}`), on the other cards at an "
+            f"assumed share of the dense datasheet peak ({others}; {{cite:p}}`{sources}`); evaluation runs in "
+            f"fp32, as `evaluate` does. Each chapter adds its CPU-side work (imports, estimates, demonstrations, "
+            f"tokenizing: the GPU profile's dry run, measured on a 2-core CPU like Colab's) and "
+            f"{MODEL_LOAD_SECONDS:.0f} s to load bert-base per fine-tune and once for its own measurements. "
+            f"A fresh runtime adds about "
+            f"{FIRST_RUN_MINUTES:.0f} minutes once, for the install cell and the downloads. For bert-base at "
             f"{gpu.max_length} tokens, 6 · parameters counts the embeddings, which do no matrix multiplies, and "
             f"leaves out the attention scores: it is {matmul and 6 * params / matmul - 1:.0%} above the "
             f"matrix-multiply work per token.")
     return "\n".join(lines) + "\n" + note
 
 
+CPU_WORK = ROOT / "src" / "bertmem" / "recorded" / "cpu-work.json"
+
+
+def record_cpu_work(dry_run: Path) -> None:
+    """Write each chapter's dry-run wall time (seconds) into the package's recorded/cpu-work.json."""
+    result = json.loads(dry_run.read_text(encoding="utf-8"))
+    failed = [r["notebook"] for r in result["chapters"] if r.get("error")]
+    if failed:
+        raise SystemExit(f"{dry_run}: these notebooks failed in the dry run, so their times mean little: {failed}")
+    seconds = {r["notebook"].split("_")[0]: round(r["wall_time_s"], 1) for r in result["chapters"]}
+    CPU_WORK.write_text(json.dumps({"what": "GPU-profile dry run on a 2-core CPU: MiniLM, 16 examples, 64 tokens",
+                                    "seconds": seconds}, indent=1) + "\n", encoding="utf-8")
+    print(f"{CPU_WORK.name}: {seconds}")
+
+
 def main() -> None:
+    import sys
+
+    if sys.argv[1:2] == ["--cpu-work"]:
+        record_cpu_work(Path(sys.argv[2]))
     text = INTRO.read_text(encoding="utf-8")
     if START not in text or END not in text:
         raise SystemExit(f"{INTRO} has no {START} ... {END} block")

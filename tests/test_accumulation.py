@@ -137,6 +137,7 @@ def test_bad_accumulation_settings():
         check_dataset_fits(64, 32)
 
 
+@pytest.mark.slow
 def test_trainer_accumulation_inflation_and_its_workaround():
     batch = make_batch(16)
     reference = trainer_first_step(deterministic_model, batch, 16, 1)["grad_norm"]

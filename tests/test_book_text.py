@@ -119,27 +119,75 @@ def test_no_cell_shows_a_stray_value_of_its_last_expression():
     assert not stray, f"cells ending in an expression whose value is printed: {stray}"
 
 
-def included_objects() -> list[tuple[str, str, str]]:
-    """(page, source file, object) for every `literalinclude` with `:pyobject:` on a page."""
+# What Jupyter and Colab show of a MyST-only construct once CommonMark has rendered it: a role leaves
+# `{name}` before its code span, a directive becomes a code block whose language is `{name}`, a label target
+# `(name)=` and a colon fence stay as text.
+SPHINX_ONLY = {
+    "a role such as {glue:text} or {cite:p}": r"\{[a-z][\w:-]*\}<code>",
+    "a directive such as {admonition} or {literalinclude}": r'<code class="language-\{',
+    "a label target (name)=": r"<p>\([\w-]+\)=",
+    "a colon fence": r"<p>:::",
+}
+
+
+def commonmark_leftovers(markdown: str) -> list[str]:
+    """What a plain CommonMark renderer (Jupyter's, Colab's) would show as Sphinx source in `markdown`."""
+    from markdown_it import MarkdownIt
+
+    html = MarkdownIt("commonmark").render(markdown)
+    return [name for name, pattern in SPHINX_ONLY.items() if re.search(pattern, html)]
+
+
+def notebook_markdown(path: Path) -> list[tuple[int, str]]:
+    """(cell index, text) of every markdown cell and every Markdown output: both render in Jupyter and Colab."""
     found = []
-    for path in sorted(BOOK.glob("*.ipynb")):
-        for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]:
-            text = "".join(cell["source"])
-            for source, obj in re.findall(r"```\{literalinclude\} (\S+)\n(?::\w+: .*\n)*?:pyobject: (\w+)", text):
-                found.append((path.name, source, obj))
+    for index, cell in enumerate(json.loads(path.read_text(encoding="utf-8"))["cells"]):
+        if cell["cell_type"] == "markdown":
+            found.append((index, "".join(cell["source"])))
+        for output in cell.get("outputs", []):
+            if "text/markdown" in output.get("data", {}):
+                found.append((index, "".join(output["data"]["text/markdown"])))
     return found
 
 
-def test_code_the_pages_include_fits_the_page():
-    """Package code shown on a page (literalinclude) is 88 columns wide at most, like the notebooks' code."""
-    import ast
+def test_notebooks_read_the_same_in_jupyter_and_colab_as_on_the_website():
+    """No Sphinx-only markup in any notebook: Jupyter and Colab render plain CommonMark, not MyST."""
+    leftovers = [(path.name, index, kinds) for path in sorted(BOOK.glob("*.ipynb"))
+                 for index, text in notebook_markdown(path) if (kinds := commonmark_leftovers(text))]
+    assert not leftovers, f"Sphinx-only markup that Jupyter/Colab show as source (notebook, cell, what): {leftovers}"
 
-    found = included_objects()
-    assert ("00_baseline.ipynb", "../src/bertmem/baseline.py", "train_baseline") in found
-    wide = []
-    for page, source, obj in found:
-        text = (BOOK / source).read_text(encoding="utf-8")
-        node = next(n for n in ast.walk(ast.parse(text)) if getattr(n, "name", None) == obj)
-        lines = text.splitlines()[node.lineno - 1 - len(node.decorator_list):node.end_lineno]
-        wide += [(page, obj, len(line)) for line in lines if len(line) > 88]
-    assert not wide, f"included code wider than 88 columns (page, object, width): {wide}"
+
+def test_the_commonmark_check_finds_each_sphinx_only_construct():
+    samples = {
+        "a role such as {glue:text} or {cite:p}": "The ratio is {glue:text}`ratio:.2f` {cite:p}`maas2011imdb`.",
+        "a directive such as {admonition} or {literalinclude}": "```{admonition} Takeaway\n:class: tip\nText\n```",
+        "a label target (name)=": "(my-label)=\n## A heading",
+        "a colon fence": ":::{note}\nText\n:::",
+    }
+    for name, sample in samples.items():
+        assert name in commonmark_leftovers(sample), name
+    plain = "> **Takeaway.** Math $a^{2}$, `code {x}`, a [link](https://arxiv.org/abs/1).\n\n```python\nx = {1}\n```"
+    assert commonmark_leftovers(plain) == []
+
+
+def test_run_dependent_sentences_are_cell_outputs_that_hide_their_code():
+    """A sentence computed by a cell shows its Markdown, not its code: hidden on the site, a form on Colab."""
+    cells = [(path.name, index, cell) for path in sorted(BOOK.glob("*.ipynb"))
+             for index, cell in enumerate(json.loads(path.read_text(encoding="utf-8"))["cells"])
+             if cell["cell_type"] == "code" and "Markdown(" in "".join(cell["source"])
+             and "".join(cell["source"]).startswith("# @title")]
+    assert len(cells) >= 10
+    for name, index, cell in cells:
+        assert "remove-input" in cell["metadata"].get("tags", []), (name, index)
+        assert cell["metadata"].get("cellView") == "form", (name, index)
+        assert any("text/markdown" in o.get("data", {}) for o in cell.get("outputs", [])), (name, index)
+
+
+def test_chapter_seven_shows_each_config_file_exactly_as_the_repository_ships_it():
+    """The files are written into the page (Colab has no repository to read them from); they must not drift."""
+    page = "\n".join(text for _, text in notebook_markdown(BOOK / "07_scaling_out.ipynb"))
+    configs = sorted((BOOK.parent / "configs").rglob("*.yaml")) + sorted((BOOK.parent / "configs").rglob("*.json"))
+    assert len(configs) == 4
+    for path in configs:
+        language = "yaml" if path.suffix == ".yaml" else "json"
+        assert f"```{language}\n{path.read_text(encoding='utf-8').rstrip()}\n```" in page, path.name

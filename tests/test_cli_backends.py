@@ -32,6 +32,7 @@ def plain_csv(reviews_csv):
     return path
 
 
+@pytest.mark.slow
 def test_cli_train_writes_metrics_config_plot_and_model(tmp_path, reviews_csv, capsys):
     out = tmp_path / "run"
     assert main(cli_args(reviews_csv, out, "--accumulation-steps", "2", "--layerwise-decay", "0.9",
@@ -112,6 +113,7 @@ def toy_model():
     return classifier_from_config(tiny_bert_config(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_plain_accelerate_and_trainer_give_the_same_loss_trajectory(tmp_path, precision):
     config = TrainConfig(epochs=2, learning_rate=1e-3, accumulation_steps=2, layerwise_decay=0.9,
@@ -125,6 +127,24 @@ def test_plain_accelerate_and_trainer_give_the_same_loss_trajectory(tmp_path, pr
     assert trainer == pytest.approx(plain, rel=1e-5)
 
 
+def test_the_accelerate_run_stays_on_the_models_device_on_a_gpu_machine(monkeypatch):
+    """On a GPU machine a CPU model trains on the CPU under Accelerate too, like `train` and the Trainer."""
+    import bertmem.accelerate_loop as loop
+
+    asked = {}
+
+    def stop(config, device=None, **kwargs):
+        asked["device"] = device
+        raise RuntimeError("stop here")
+
+    monkeypatch.setattr(loop, "accelerator_for", stop)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # as on Colab
+    with pytest.raises(RuntimeError, match="stop here"):
+        loop.train_with_accelerate(toy_model(), toy_loader(), TrainConfig(), run=RunConfig(progress=False))
+    assert asked["device"] == "cpu"
+
+
+@pytest.mark.slow
 def test_two_processes_under_accelerate_launch_agree_with_one(tmp_path, reviews_csv):
     env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
     # `--cpu --num_processes 2` starts one process unless MPI is installed (accelerate 1.15); `--multi_gpu`
@@ -147,6 +167,7 @@ def test_two_processes_under_accelerate_launch_agree_with_one(tmp_path, reviews_
     assert one["parameter_checksum"] == pytest.approx(ranks[0]["parameter_checksum"], rel=1e-5)
 
 
+@pytest.mark.slow
 def test_fsdp_on_two_cpu_processes_shards_weights_and_adam_state(tmp_path, reviews_csv):
     env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
     common = ["--precision", "fp32", "--backend", "accelerate", "--max-steps", "2"]
@@ -165,6 +186,7 @@ def test_fsdp_on_two_cpu_processes_shards_weights_and_adam_state(tmp_path, revie
     assert per_strategy["fsdp"][0]["parameter_checksum"] == per_strategy["fsdp"][1]["parameter_checksum"]
 
 
+@pytest.mark.slow
 def test_bench_runs_every_variant_and_writes_tables(tmp_path, plain_csv, capsys):
     bench = BenchConfig(model="tiny-bert", dataset=str(plain_csv), train_size=48, eval_size=16, max_length=32,
                         effective_batch=8, learning_rate=1e-3, progress=False, seeds=(0, 1))
@@ -213,6 +235,7 @@ def test_ratios_use_median_steps_and_judge_accuracy_against_the_noise():
             {"variant": "full recipe", "activations (MiB)": 20.0, "time per epoch (s)": 5.0,
              "median step (s)": 0.4, "accuracy": 0.81, "test examples": 200}]
     full = add_ratios(rows)[1]
+    assert full["ratios relative to"] == "fp32 baseline"  # every row names its reference
     assert full["activations ratio"] == 0.2 and full["time ratio"] == 0.4 and full["epoch time ratio"] == 0.5
     assert full["accuracy Δ (points)"] == pytest.approx(1.0) and full["within noise"]  # 1 point on 200 examples
     rows[1]["accuracy"], rows[1]["test examples"] = 0.95, 2000
@@ -236,6 +259,7 @@ def test_combine_rounds_pools_steps_and_keeps_notes():
     assert combine_rounds([[note], [note]])[0]["note"].startswith("does not fit")
 
 
+@pytest.mark.slow
 def test_estimated_bert_base_table_and_mfu():
     rows = {r["variant"]: r for r in estimated_rows()}
     assert rows["fp32 baseline"]["peak ratio"] == 1.0
@@ -294,6 +318,7 @@ def test_saved_model_predicts_new_texts_with_its_label_names(tmp_path, reviews_c
         predict_texts(model, tokenizer, "one text")
 
 
+@pytest.mark.slow
 def test_bench_marks_a_variant_that_does_not_fit_and_keeps_the_rest(plain_csv):
     from bertmem.estimate import estimate_step_memory
     from bertmem.experiment import build_model, RunConfig
@@ -341,3 +366,17 @@ def test_every_variant_of_a_seed_starts_from_the_same_classifier_head(plain_csv,
     torch.rand(1000)  # whatever ran in between (a timing loop, another variant) draws from the global generator
     bench_module.run_variant(bench, "full recipe", frames, peak_tflops=None)
     assert len(heads) == 2 and torch.equal(heads[0], heads[1])
+
+
+def test_a_bench_longer_than_a_chapter_says_so_before_it_starts():
+    """The whole IMDb table with three seeds takes hours on a T4: say it before the GPU time starts."""
+    from bertmem.bench import estimated_minutes, long_run_warning
+
+    full = BenchConfig(model="bert-base-uncased", train_size=None, eval_size=None, max_length=512, seeds=(0, 1, 2),
+                       device="cuda")
+    warning = long_run_warning(full, "Tesla T4")
+    assert warning and "hours on Tesla T4" in warning and "--seeds" in warning
+    assert estimated_minutes(full) > 120  # hours, not minutes
+    small = dataclasses.replace(full, train_size=64, eval_size=32, max_length=128, seeds=(0,))
+    assert long_run_warning(small, "Tesla T4") is None
+    assert "a Colab T4" in long_run_warning(full, None)

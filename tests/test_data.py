@@ -119,6 +119,7 @@ def test_token_length_stats(tokenizer):
     assert stats["count"] == 2 and stats["max"] == 8 and stats["frac_truncated"] == 0.5
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not os.environ.get(data.MIRROR_ENV), reason="needs the data mirror (CI sets it)")
 def test_real_imdb_mirror_sample():
     frame = load_text_classification("imdb", "test", size=50, seed=0)
@@ -166,3 +167,18 @@ def test_build_loaders_cuts_both_splits_as_the_data_config_says():
         assert len(loaders.train) == 2 and len(loaders.eval) == 1  # evaluation: twice the micro-batch
     with pytest.raises(ValueError, match="truncation must be one of"):
         DataConfig(truncation="tail")
+
+
+def test_named_datasets_from_the_hub_get_the_mirrors_columns():
+    """SST-2 on the Hub is idx/sentence/label; the book reads text/label from the Hub and the mirror alike."""
+    import pandas as pd
+
+    from bertmem.data import hub_frame
+
+    hub_sst2 = pd.DataFrame({"idx": [0, 1], "sentence": ["a fine film ", "dull"], "label": [1, 0]})
+    frame = hub_frame("sst2", "validation", load=lambda hub_id, split: hub_sst2)
+    assert list(frame.columns) == ["text", "label"] and frame["text"].tolist() == ["a fine film ", "dull"]
+    imdb = pd.DataFrame({"text": ["x"], "label": [0]})
+    assert hub_frame("imdb", "test", load=lambda hub_id, split: imdb).equals(imdb)
+    with pytest.raises(ValueError, match="HUB_COLUMNS"):
+        hub_frame("rotten_tomatoes", "train", load=lambda hub_id, split: pd.DataFrame({"review": ["x"], "y": [0]}))

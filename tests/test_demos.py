@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from bertmem.demos import (accumulated_gradient, adamw_step_change, classifier_change, scaled_run,
+from bertmem.demos import (accumulated_gradient, adamw_step_change, classifier_change, scaled_run, skipped_steps,
                            synthetic_batch, synthetic_batches)
 from bertmem.llrd import layerwise_param_groups, seed_article_param_groups
 from bertmem.models import tiny_classifier
@@ -37,10 +37,15 @@ def test_same_lr_accumulation_equals_the_big_batch_step_and_times_four_does_not(
 def test_scaled_run_overflows_in_fp16_and_not_in_bf16():
     fp16, fp16_losses = scaled_run("fp16", steps=12, init_scale=2.0**40)
     bf16, bf16_losses = scaled_run("bf16", steps=12)
-    assert fp16.skipped_steps > 0 and fp16.scale_history[-1] < 2.0**40
-    assert bf16.skipped_steps == 0 and all(torch.isfinite(torch.tensor(bf16_losses)))
+    assert skipped_steps(fp16, 2.0**40) > 0 and fp16[-1] < 2.0**40
+    assert set(bf16) == {1.0} and all(torch.isfinite(torch.tensor(bf16_losses)))  # no scaler: scale 1
     broken, _ = scaled_run("fp16", steps=6, ffn_scale=1e6, growth_interval=5, micro_sizes=(4, 4), clip=1.0)
-    assert broken.skipped_steps == 6  # forward overflow: every step skipped
+    assert skipped_steps(broken, 2.0**16) == 6  # forward overflow: every step skipped
+
+
+def test_skipped_steps_counts_the_steps_after_which_the_scale_shrank():
+    assert skipped_steps([8.0, 4.0, 4.0, 8.0, 4.0], init_scale=8.0) == 2
+    assert skipped_steps([], init_scale=8.0) == 0
 
 
 def test_classifier_change_shows_the_seed_groups_never_train_the_head():
@@ -57,6 +62,7 @@ def test_launch_two_processes_rejects_unknown_strategies(tmp_path):
         launch_two_processes("pipeline", tmp_path, "tiny-bert", "imdb")
 
 
+@pytest.mark.slow
 def test_peak_line_predicts_a_third_batch():
     from bertmem.estimate import estimate_step_memory, peak_line
     from bertmem.models import tiny_bert_config

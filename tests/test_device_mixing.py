@@ -79,6 +79,7 @@ def test_a_helper_that_forgets_to_move_the_batch_is_caught(monkeypatch):
     dict(layerwise_decay=0.9),
     dict(gradient_checkpointing=True),
 ], ids=["plain", "accumulation", "precision-auto", "layerwise-decay", "checkpointing"])
+@pytest.mark.slow
 def test_train_and_evaluate_follow_the_model(settings, monkeypatch):
     # activation checkpointing saves the RNG state of the inputs' device through torch.<device>; the data lives on
     # the CPU (whose RNG it saves anyway), so the second device's RNG module has nothing to keep
@@ -94,6 +95,7 @@ def test_train_and_evaluate_follow_the_model(settings, monkeypatch):
         assert model_device(model) == DEVICE and evaluate(model, loader(8))["eval_loss"] > 0
 
 
+@pytest.mark.slow
 def test_resume_follows_the_model(tmp_path):
     config = TrainConfig(learning_rate=1e-3, epochs=2)
     with SecondDevice():

@@ -89,6 +89,7 @@ def test_optimizer_choices_and_their_state_bytes():
         make_optimizer([torch.nn.Parameter(torch.zeros(1))], "lion")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("optimizer, lora_r, freeze", [("adamw8bit", None, 0), ("adafactor", None, 0),
                                                        ("adamw", 8, 0), ("adamw", None, 1)])
 def test_the_estimate_knows_each_lever(optimizer, lora_r, freeze):
@@ -127,6 +128,7 @@ def test_recipe_rejects_bad_levers(kwargs, message):
         TrainConfig(**kwargs)
 
 
+@pytest.mark.slow
 def test_the_planner_includes_the_levers():
     base = PlanRequest(model="bert-base-uncased", memory_bytes=15 * 2**30, precision="fp16")
     lora = PlanRequest(model="bert-base-uncased", memory_bytes=15 * 2**30, precision="fp16", lora_r=8)
@@ -173,6 +175,7 @@ def test_lora_with_frozen_layers_freezes_their_adapters_too_and_keeps_the_pooler
     assert not any("pooler" in n for n in trained)  # BERT's pooler is pretrained: part of the frozen encoder
 
 
+@pytest.mark.slow
 def test_the_linear_guess_agrees_with_the_planner_for_bert_base():
     from bertmem.levers import FULL, estimated_lever_rows
 

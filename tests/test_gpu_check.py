@@ -21,12 +21,14 @@ def notebook(path: Path, *sources: str) -> Path:
     return path
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU: the refusal is not shown")
 def test_gpu_check_refuses_to_run_without_a_gpu(tmp_path):
     done = subprocess.run([sys.executable, str(SCRIPT), "--output", str(tmp_path)], capture_output=True, text=True)
     assert done.returncode == 2 and "needs a CUDA GPU" in done.stderr and not list(tmp_path.iterdir())
 
 
+@pytest.mark.slow
 def test_gpu_check_records_each_chapter_and_its_errors(tmp_path):
     good = notebook(tmp_path / "good.ipynb", "x = sum(range(10))", "print(x)")
     bad = notebook(tmp_path / "bad.ipynb", "raise ValueError('broken chapter')")
@@ -42,6 +44,7 @@ def test_gpu_check_records_each_chapter_and_its_errors(tmp_path):
     assert "| good.ipynb |" in (tmp_path / "out" / "cpu.md").read_text()
 
 
+@pytest.mark.slow
 def test_dry_run_executes_under_the_shrunken_gpu_profile_on_the_cpu(tmp_path):
     probe = notebook(tmp_path / "probe.ipynb",
                      "from bertmem.profile import get_profile\np = get_profile()\n"

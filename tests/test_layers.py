@@ -1,5 +1,6 @@
 """The package's shape: modules import each other without circles, stay small, and have no side effects."""
 
+import pytest
 import ast
 import subprocess
 import sys
@@ -61,6 +62,7 @@ def test_modules_stay_small():
     assert max(sizes.values()) <= 320, sorted(sizes.items(), key=lambda kv: -kv[1])[:3]
 
 
+@pytest.mark.slow
 def test_importing_the_package_modules_has_no_side_effects():
     # no output, no torch threads changed, no environment written: importing is free
     code = ("import os, io, contextlib, torch; before = (dict(os.environ), torch.get_num_threads()); "

@@ -120,6 +120,7 @@ def test_formula_matches_measured_cpu_eager_step(b, s, h, layers):
     assert formula.optimizer_state == pytest.approx(measured.optimizer_state, rel=0.05)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("attention", ["eager", "sdpa"])
 @pytest.mark.parametrize("b, s, h, layers", GRID[::3])
 def test_formula_matches_cuda_estimate(attention, b, s, h, layers):
@@ -129,6 +130,7 @@ def test_formula_matches_cuda_estimate(attention, b, s, h, layers):
     assert formula.activations == pytest.approx(estimate.activations, rel=0.05)
 
 
+@pytest.mark.slow
 def test_estimate_bert_base_and_large_without_memory():
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     start = time.perf_counter()
@@ -143,6 +145,7 @@ def test_estimate_bert_base_and_large_without_memory():
     assert large.activations > base.activations
 
 
+@pytest.mark.slow
 def test_sdpa_saves_less_than_eager_and_bf16_less_than_fp32():
     eager = estimate_step_memory("bert-base-uncased", 8, 512, attention="eager")
     fused = estimate_step_memory("bert-base-uncased", 8, 512, attention="sdpa")
@@ -174,8 +177,34 @@ def test_measure_rejects_unknown_precision(tiny_model, tiny_batches):
         measure_step_memory(tiny_model, tiny_batches[0], precision="half")
 
 
+@pytest.mark.slow
 def test_extended_positions_work_for_1024_tokens():
     config = model_config("bert-base-uncased")
     config.max_position_embeddings = 1024
     report = estimate_step_memory(config, 1, 1024, attention="sdpa")
     assert report.activations > estimate_step_memory("bert-base-uncased", 1, 512, attention="sdpa").activations
+
+
+def test_chapter_one_saved_tensor_count_equals_the_measured_activations():
+    """The short hook chapter 1 shows counts the same bytes as measure_step_memory's tally."""
+    from bertmem.memory import measure_step_memory, saved_activation_bytes
+    from bertmem.models import tiny_classifier
+
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(5, 1000, (4, 32), generator=g)
+    batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids[:, 1] % 2}
+    model = tiny_classifier(seed=0, dropout=0.1).train()
+    shown = saved_activation_bytes(model, batch)
+    assert all(p.grad is None for p in model.parameters())
+    assert shown > 0 and shown == measure_step_memory(model, batch).activations
+
+
+@pytest.mark.slow
+def test_estimated_rows_label_the_sixteen_bit_format_a_t4_runs():
+    """A T4 runs fp16, not bf16: the 16 GB table can say so (the same bytes either way)."""
+    from bertmem.estimate import estimated_rows
+
+    with pytest.raises(ValueError, match="half must be"):
+        estimated_rows(half="fp32")
+    rows = estimated_rows("bert-base-uncased", seq_len=64, effective_batch=8, accumulation=4, half="fp16")
+    assert {r["precision"] for r in rows} == {"fp32", "fp16"}

@@ -1,11 +1,12 @@
 import copy
+import functools
 
 import pytest
 import torch
 
 from bertmem.accumulation import backward_window, split_batch
 from bertmem.models import classifier_from_config, tiny_bert_config
-from bertmem.precision import (MixedPrecision, NonFiniteError, PrecisionChoice, check_finite, choose_precision,
+from bertmem.precision import (NonFiniteError, PrecisionChoice, autocast_context, check_finite, choose_precision,
                                pure_half, trace_op_dtypes)
 from bertmem.run_config import RunConfig
 
@@ -48,43 +49,32 @@ def batch(n=16):
 
 
 def one_update(choice, micro_sizes=(8, 8)):
+    """One SGD step over micro-batches under `choice`'s autocast and (fp16) GradScaler, as `train` takes it."""
     model = tiny()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    mp = MixedPrecision(choice)
+    scaler = torch.amp.GradScaler("cpu", enabled=choice.use_scaler)
+    autocast = functools.partial(autocast_context, choice.precision, "cpu")
     before = [p.detach().clone() for p in model.parameters()]
-    backward_window(model, split_batch(batch(), list(micro_sizes)), "cpu", scale=mp.scale, autocast=mp.autocast)
-    mp.unscale_(opt)
-    stepped = mp.step(opt)
-    return [p.detach() - b for p, b in zip(model.parameters(), before)], mp, stepped
+    backward_window(model, split_batch(batch(), list(micro_sizes)), "cpu", scale=scaler.scale, autocast=autocast)
+    scaler.unscale_(opt)
+    scale = scaler.get_scale()
+    scaler.step(opt)
+    scaler.update()
+    return [p.detach() - b for p, b in zip(model.parameters(), before)], scaler, scaler.get_scale() >= scale
 
 
 def test_fp16_with_scaler_matches_fp32_update():
     fp32, _, _ = one_update(PrecisionChoice("fp32", "cpu", "test"))
-    fp16, mp, stepped = one_update(PrecisionChoice("fp16", "cpu", "test: CPU autocast fp16, tiny model"))
-    assert stepped and mp.skipped_steps == 0 and mp.scale_history == [2.0**16]
+    fp16, scaler, stepped = one_update(PrecisionChoice("fp16", "cpu", "test: CPU autocast fp16, tiny model"))
+    assert stepped and scaler.get_scale() == 2.0**16
     flat32, flat16 = torch.cat([d.flatten() for d in fp32]), torch.cat([d.flatten() for d in fp16])
     assert (flat16 - flat32).norm() / flat32.norm() < 2e-2
-
-
-def test_overflow_skips_the_step_and_shrinks_the_scale():
-    model = tiny()
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    mp = MixedPrecision(PrecisionChoice("fp16", "cpu", "test"))
-    before = copy.deepcopy(model.state_dict())
-    backward_window(model, [batch()], "cpu", scale=mp.scale, autocast=mp.autocast)
-    model.classifier.weight.grad[0, 0] = float("inf")  # injected overflow
-    mp.unscale_(opt)
-    assert mp.step(opt) is False
-    assert mp.skipped_steps == 1 and mp.scale_history == [2.0**15]
-    for name, value in model.state_dict().items():
-        assert torch.equal(value, before[name]), name
 
 
 def test_guard_fires_on_nan_in_bf16_with_a_diagnosis():
     model = tiny()
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4)
-    mp = MixedPrecision(PrecisionChoice("bf16", "cpu", "test"))
-    loss = backward_window(model, [batch()], "cpu", scale=mp.scale, autocast=mp.autocast)
+    loss = backward_window(model, [batch()], "cpu", autocast=functools.partial(autocast_context, "bf16", "cpu"))
     check_finite(1, loss, model, opt)  # healthy: no error
     model.bert.encoder.layer[0].output.dense.weight.grad[0, 0] = float("nan")
     with pytest.raises(NonFiniteError, match=r"step 7.*encoder\.layer\.0\.output\.dense\.weight.*lr=0\.0003"):
@@ -117,8 +107,7 @@ def test_train_in_bf16_and_guard_stops_on_nan():
 
 
 def test_trace_shows_autocast_dtypes():
-    mp = MixedPrecision(PrecisionChoice("bf16", "cpu", "test"))
-    trace = trace_op_dtypes(tiny().eval(), batch(4), autocast=mp.autocast)
+    trace = trace_op_dtypes(tiny().eval(), batch(4), autocast=functools.partial(autocast_context, "bf16", "cpu"))
     assert trace["addmm"] == {"bfloat16": trace["addmm"]["bfloat16"]}  # linear layers run in bf16
     assert "float32" in trace["embedding"]  # embedding lookups stay fp32
     plain = trace_op_dtypes(tiny().eval(), batch(4))
@@ -142,3 +131,49 @@ def test_diagnose_scale_trace_names_the_three_regimes():
 def test_other_device_types_get_fp32_unless_told_otherwise():
     choice = choose_precision("auto", "lazy", verbose=False)
     assert choice.precision == "fp32" and not choice.use_scaler and "no mixed-precision policy" in choice.reason
+
+
+def test_mixed_precision_step_in_fp32_is_the_plain_weighted_step():
+    """With autocast and the scaler off, chapter 3's step is the big-batch step of chapter 2 (same update)."""
+    from bertmem.precision import mixed_precision_step
+
+    plain, ours = tiny(), tiny()
+    plain_opt = torch.optim.SGD(plain.parameters(), lr=0.1)
+    plain(**batch()).loss.backward()
+    torch.nn.utils.clip_grad_norm_(plain.parameters(), 1.0)
+    plain_opt.step()
+    scaler = torch.amp.GradScaler("cpu", enabled=False)
+    loss = mixed_precision_step(ours, split_batch(batch(), [8, 8]), torch.optim.SGD(ours.parameters(), lr=0.1),
+                                scaler, torch.float32, max_grad_norm=1.0)
+    assert loss == pytest.approx(tiny()(**batch()).loss.item(), rel=1e-5)
+    for a, b in zip(plain.parameters(), ours.parameters()):
+        assert torch.allclose(a, b, atol=1e-6)
+    assert all(p.grad is None for p in ours.parameters())  # zeroed for the next window
+
+
+def test_mixed_precision_step_in_fp16_scales_unscales_and_skips_an_overflow():
+    from bertmem.precision import mixed_precision_step
+
+    model = tiny()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**16)
+    before = copy.deepcopy(model.state_dict())
+    mixed_precision_step(model, split_batch(batch(), [8, 8]), opt, scaler, torch.float16)
+    assert scaler.get_scale() == 2.0**16  # a good step keeps the scale (growth comes after 2000)
+    assert any(not torch.equal(v, before[k]) for k, v in model.state_dict().items())
+    model.classifier.register_forward_hook(lambda module, args, out: out * float("inf"))  # overflow
+    after_good = copy.deepcopy(model.state_dict())
+    mixed_precision_step(model, [batch()], opt, scaler, torch.float16)
+    assert scaler.get_scale() == 2.0**15  # halved, and the step skipped
+    for name, value in model.state_dict().items():
+        assert torch.equal(value, after_good[name]), name
+
+
+def test_pure_half_is_fp16_on_a_t4_and_bf16_where_the_hardware_has_it():
+    """A T4 (compute capability 7.5) has no fast bf16: pure-half weights there are fp16, labelled so."""
+    from bertmem.precision import half_dtype
+
+    assert half_dtype("cuda", (7, 5)) == torch.float16
+    assert half_dtype("cuda", (8, 0)) == torch.bfloat16
+    assert half_dtype("cpu") == torch.bfloat16
+    assert {p.dtype for p in pure_half(tiny()).parameters()} == {torch.bfloat16}  # a CPU model

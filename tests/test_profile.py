@@ -55,6 +55,7 @@ def test_seed_everything_repeats_random_draws():
         seed_everything(-1)
 
 
+@pytest.mark.slow
 def test_get_profile_imports_tqdm_auto_without_the_ipywidgets_warning():
     """In a Jupyter kernel without ipywidgets, tqdm.auto warns with the site-packages path on first import."""
     import nbformat
@@ -68,6 +69,7 @@ def test_get_profile_imports_tqdm_auto_without_the_ipywidgets_warning():
     assert "IProgress" not in printed and "site-packages" not in printed
 
 
+@pytest.mark.slow
 def test_progress_leaves_one_final_line_in_an_executed_notebook():
     """Without ipywidgets every redraw of a text bar stays in the saved output; only the last one may."""
     import nbformat
@@ -80,3 +82,17 @@ def test_progress_leaves_one_final_line_in_an_executed_notebook():
     printed = "".join(o.get("text", "") for o in notebook.cells[0].outputs)
     states = [s for s in printed.replace("\r", "\n").split("\n") if s.strip()]
     assert len(states) == 1 and "30/30" in states[0], printed
+
+
+def test_runs_go_where_colabs_file_browser_shows_them(tmp_path, monkeypatch):
+    """On Colab a chapter's run lands under /content (visible, kept while the session lives), not in /tmp."""
+    import sys
+    import types
+
+    from bertmem.profile import output_folder
+
+    elsewhere = output_folder("a1")
+    assert elsewhere.is_dir() and "bertmem-a1" in elsewhere.name and not str(elsewhere).startswith(str(tmp_path))
+    monkeypatch.setitem(sys.modules, "google.colab", types.ModuleType("google.colab"))
+    on_colab = output_folder("a1", colab_root=tmp_path / "content" / "bertmem-runs")
+    assert on_colab == tmp_path / "content" / "bertmem-runs" / "a1" and on_colab.is_dir()

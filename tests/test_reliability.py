@@ -167,6 +167,7 @@ def test_damaged_and_foreign_checkpoints_are_one_line_errors(tmp_path):
 
 # 4. The seed repeats a run with the real model ---------------------------------------------------------
 
+@pytest.mark.slow
 def test_same_seed_same_metrics_with_the_real_minilm(reviews_csv):
     run = RunConfig(model=MINILM_ID, progress=False)
     data = DataConfig(dataset=str(reviews_csv), text_column="review", label_column="sentiment",
@@ -212,6 +213,7 @@ def test_the_model_folder_is_never_the_output(tmp_path, reviews_csv, capsys):
 
 # 6. Signals: SIGTERM like Ctrl-C, no traceback, no temporary files --------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signum, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
 def test_a_signal_saves_a_checkpoint_and_exits_with_one_line(tmp_path, reviews_csv, signum, code):
     out = tmp_path / "long"

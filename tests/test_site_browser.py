@@ -34,7 +34,8 @@ MISSING = ("needs chromium + chromedriver (apt-get install chromium chromium-dri
            "(pip install -e '.[test]')")
 if os.environ.get("BERTMEM_REQUIRE_BROWSER") and not (CHROMIUM and DRIVER and selenium):
     raise RuntimeError(f"BERTMEM_REQUIRE_BROWSER is set but the browser test {MISSING}")
-pytestmark = pytest.mark.skipif(not (CHROMIUM and DRIVER and selenium), reason=MISSING)
+pytestmark = [pytest.mark.skipif(not (CHROMIUM and DRIVER and selenium), reason=MISSING),
+              pytest.mark.slow]  # builds the site and drives a browser
 NOTEBOOK_PAGES = sorted(p.stem for p in (ROOT / "book").glob("*.ipynb"))
 
 

@@ -38,6 +38,7 @@ def test_timeline_counts_allocations_and_frees_exactly():
     assert timeline.phase_peaks() == {"forward": 9216, "backward": 9216}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", GRID, ids=lambda c: "-".join(str(v) for v in c.values()))
 def test_estimated_peak_agrees_with_pytorch_memtracker(case):
     batch, seq = case.pop("batch_size"), case.pop("seq_len")
@@ -75,6 +76,7 @@ def test_real_cpu_step_peak_agrees_with_memtracker():
     assert report.peak_breakdown["optimizer state"] == report.optimizer_state
 
 
+@pytest.mark.slow
 def test_bert_base_peak_is_at_the_turn_to_backward_and_below_the_sum():
     report = estimate_step_memory("bert-base-uncased", 8, 512, attention="eager", device="cpu",
                                   attention_dropout=0.1)

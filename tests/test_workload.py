@@ -1,34 +1,56 @@
 """Chapter sizes and the FLOP-based minutes shown in setup cells and the introduction."""
 
+from pathlib import Path
+
 import pytest
 
 from bertmem.estimate import parameter_count
 from bertmem.planner import GIB, PlanRequest, plan_micro_batch
 from bertmem.profile import get_profile
-from bertmem.workload import (CARDS, Card, ChapterSizes, Run, card_for, chapter_minutes, chapter_sizes,
-                              run_seconds, setup_line)
+from bertmem.workload import (CARDS, FIRST_RUN_MINUTES, MODEL_LOAD_SECONDS, Card, ChapterSizes, Run, card_for,
+                              chapter_minutes, chapter_sizes, cpu_work_minutes, run_seconds, setup_line)
 
 BERT_BASE = 109_483_778
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_parameter_count_of_bert_base_classifier():
     assert parameter_count("bert-base-uncased") == BERT_BASE
 
 
-def test_run_seconds_is_six_pt_plus_two_pt_over_the_effective_rate():
+def test_run_seconds_is_six_pt_at_its_precision_plus_two_pt_in_fp32_plus_a_load():
     sizes = ChapterSizes("imdb", train_size=100, eval_size=50, max_length=512)
     card = Card("test", 16, {"fp32": 10.0, "fp16": 80.0}, "none")
     seconds = run_seconds(Run(sizes, epochs=2, repeats=3), 1_000_000, card, utilisation=0.5)
-    flops = 6 * 1e6 * 100 * 512 * 2 + 2 * 1e6 * 50 * 512 * 2  # one evaluation per epoch
-    assert seconds == pytest.approx(3 * flops / (10e12 * 0.5))
+    train, evaluation = 6 * 1e6 * 100 * 512 * 2, 2 * 1e6 * 50 * 512 * 2  # one evaluation per epoch
+    assert seconds == pytest.approx(3 * ((train + evaluation) / (10e12 * 0.5) + MODEL_LOAD_SECONDS))
     fp16 = run_seconds(Run(sizes, precision="auto"), 1_000_000, card, utilisation=0.5)
-    assert fp16 == pytest.approx((6 * 1e6 * 100 * 512 + 2 * 1e6 * 50 * 512) / (80e12 * 0.5))
+    # training at the fp16 rate, evaluation in fp32 (evaluate runs without autocast)
+    expected = 6 * 1e6 * 100 * 512 / (80e12 * 0.5) + 2 * 1e6 * 50 * 512 / (10e12 * 0.5) + MODEL_LOAD_SECONDS
+    assert fp16 == pytest.approx(expected)
+
+
+def test_a_t4_runs_at_its_published_bert_throughput_and_other_cards_at_the_assumed_share():
+    t4, l4 = CARDS["T4"], CARDS["L4"]
+    assert t4.training_tflops("auto") == t4.measured_tflops["fp16"] == 12.2
+    assert t4.training_tflops("fp32") == 4.6 and "earino2026t4" in t4.measured_source
+    assert l4.training_tflops("bf16") == pytest.approx(l4.tflops("bf16") * l4.utilisation)
+    bib = (ROOT / "book" / "references.bib").read_text()
+    assert all(f"{{{key}," in bib for key in t4.measured_source.split(","))
+
+
+def test_every_chapter_pays_its_measured_cpu_work():
+    cpu = cpu_work_minutes()
+    assert set(cpu) == {path.stem.split("_")[0] for path in (ROOT / "book").glob("*.ipynb")}
+    minutes = chapter_minutes(get_profile("gpu", env={}), BERT_BASE, CARDS["T4"])
+    assert all(minutes[c] >= cpu[c] for c in minutes)
 
 
 def test_gpu_profile_fits_the_time_budget_on_a_t4():
+    """Every chapter within 10 minutes on a T4, the first run's install and downloads included."""
     minutes = chapter_minutes(get_profile("gpu", env={}), BERT_BASE, CARDS["T4"])
     assert set(minutes) == {"00", "01", "02", "03", "04", "05", "06", "07", "08", "A1"}
-    assert max(minutes.values()) <= 10, minutes
+    assert max(minutes.values()) + FIRST_RUN_MINUTES <= 10, minutes
     assert sum(minutes.values()) <= 60, minutes
 
 
@@ -40,6 +62,7 @@ def test_full_profile_takes_hours_and_faster_cards_take_less():
     assert all(gpu_l4[c] <= gpu_t4[c] for c in gpu_t4)
 
 
+@pytest.mark.slow
 def test_gpu_profile_batch_fits_a_t4_in_fp32_by_the_planner():
     profile = get_profile("gpu", env={})
     plan = plan_micro_batch(PlanRequest(model=profile.model_id, max_length=profile.max_length, precision="fp32",
@@ -87,7 +110,7 @@ def test_every_epoch_is_evaluated_in_the_estimate():
     sizes = ChapterSizes("rotten_tomatoes", train_size=None, eval_size=None, max_length=64)
     card = Card("test", 16, {"fp32": 1.0}, "none", utilisation=1.0)
     two = run_seconds(Run(sizes, epochs=2), 1000, card)
-    assert two == pytest.approx((6 * 1000 * 8530 * 64 * 2 + 2 * 1000 * 1066 * 64 * 2) / 1e12)
+    assert two == pytest.approx((6 * 1000 * 8530 * 64 * 2 + 2 * 1000 * 1066 * 64 * 2) / 1e12 + MODEL_LOAD_SECONDS)
 
 
 def test_intro_table_matches_the_notebooks_and_the_estimates():

@@ -7,6 +7,7 @@ import time
 import torch
 
 from .accumulation import optimizer_steps
+from .devices import model_device
 from .precision import choose_precision
 from .profile import progress as progress_bar
 from .run_config import RunConfig
@@ -78,7 +79,8 @@ def train_with_accelerate(model: torch.nn.Module, train_loader, config: TrainCon
     if run.checkpoint_dir or config.oom_backoff:
         raise ValueError("checkpoint/resume and oom_backoff are features of bertmem.train.train; with Accelerate "
                          "use accelerator.save_state/load_state and choose the micro-batch yourself")
-    accelerator = accelerator or accelerator_for(config, run.device)
+    # the device follows the model (or run.device): on a GPU machine a CPU model stays on the CPU, like train's
+    accelerator = accelerator or accelerator_for(config, run.device or model_device(model).type)
     set_seed(config.seed)
     prepare_trainable(model, config)  # chapter 8's levers, before the optimizer
     if config.gradient_checkpointing:

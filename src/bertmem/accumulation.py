@@ -141,7 +141,7 @@ def backward_window(model: torch.nn.Module, window: list,
 
     The micro-batches go to `device`, by default the model's. `autocast` (optional)
     returns the context for the forward pass and `scale` wraps each weighted loss
-    before backward, e.g. `MixedPrecision.autocast` and `.scale` (chapter 3).
+    before backward, e.g. a `torch.autocast` factory and `GradScaler.scale` (ch. 3).
     """
     device = resolve_device(model, device)
     weights = loss_weights(window, weighting)

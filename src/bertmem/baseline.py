@@ -85,11 +85,18 @@ def evaluate(model: torch.nn.Module, loader: Iterable[dict], device: str | None 
             "eval_loss": sum(losses) / sum(counts)}
 
 
-def train_baseline(model: torch.nn.Module, train_loader, eval_loader=None,
-                   epochs: int = 1, learning_rate: float = 5e-5,
-                   weight_decay: float = 0.01, warmup_ratio: float = 0.1,
-                   max_grad_norm: float = 1.0, seed: int = 0,
-                   progress: bool = True) -> TrainResult:
+def train_baseline(
+    model: torch.nn.Module,
+    train_loader,
+    eval_loader=None,
+    epochs: int = 1,
+    learning_rate: float = 5e-5,
+    weight_decay: float = 0.01,
+    warmup_ratio: float = 0.1,
+    max_grad_norm: float = 1.0,
+    seed: int = 0,
+    progress: bool = True,
+) -> TrainResult:
     """fp32 fine-tuning: AdamW, linear warmup and decay, clipping (chapter 0)."""
     from transformers import get_linear_schedule_with_warmup
 
@@ -97,16 +104,14 @@ def train_baseline(model: torch.nn.Module, train_loader, eval_loader=None,
     device = model_device(model)  # the model was placed once; batches follow it
     params = [p for p in model.parameters() if p.requires_grad]
     total = epochs * len(train_loader)  # optimizer steps: one per batch
-    optimizer = torch.optim.AdamW(params, lr=learning_rate,
-                                  weight_decay=weight_decay, fused=False)
+    optimizer = torch.optim.AdamW(params, learning_rate, weight_decay=weight_decay)
     warmup = math.ceil(warmup_ratio * total)
     scheduler = get_linear_schedule_with_warmup(optimizer, warmup, total)
     result = TrainResult()
     for epoch in range(1, epochs + 1):
         model.train()
         start, seen = time.perf_counter(), 0
-        bar = progress_bar(train_loader, f"epoch {epoch}/{epochs}", enabled=progress)
-        for batch in bar:
+        for batch in progress_bar(train_loader, f"epoch {epoch}/{epochs}", progress):
             loss = model(**move_to(batch, device)).loss  # mean over the batch
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, max_grad_norm)  # rare huge steps
@@ -114,12 +119,13 @@ def train_baseline(model: torch.nn.Module, train_loader, eval_loader=None,
             scheduler.step()  # the learning rate of the next step
             optimizer.zero_grad(set_to_none=True)  # free until the next backward
             seen += len(batch["labels"])
-            result.history.append({"step": len(result.history) + 1, "epoch": epoch,
-                                   "loss": loss.item(),
-                                   "lr": scheduler.get_last_lr()[0]})
+            lr, step = scheduler.get_last_lr()[0], len(result.history) + 1
+            result.history.append(
+                {"step": step, "epoch": epoch, "loss": loss.item(), "lr": lr}
+            )
         elapsed = time.perf_counter() - start
-        record = {"epoch": epoch, "train_time_s": elapsed, "examples": seen,
-                  "examples_per_s": seen / elapsed}
+        record = {"epoch": epoch, "train_time_s": elapsed, "examples": seen}
+        record["examples_per_s"] = seen / elapsed
         if eval_loader is not None:
             record.update(evaluate(model, eval_loader))
         result.epochs.append(record)

@@ -45,15 +45,17 @@ def build_parser() -> argparse.ArgumentParser:
 def plan_main(args: argparse.Namespace) -> dict:
     """Estimate the largest micro-batch under the budget and print the plan (text or JSON)."""
     from .devices import cuda_free_bytes
-    from .planner import parse_memory, plan_micro_batch
+    from .planner import CARD_MEMORY, DEFAULT_CARD, parse_memory, plan_micro_batch
 
     context = parse_memory(args.cuda_context_bytes)
     if args.memory_bytes == "auto":
         memory = cuda_free_bytes()
-        if memory is None:
-            raise ValueError("--memory auto reads a CUDA GPU's free memory, and this machine has none: "
-                             "pass the card's memory, e.g. --memory 15GiB")
-        context = 0  # free memory is measured after this process made its CUDA context
+        if memory is None:  # no GPU here: answer for the card most readers have
+            memory = CARD_MEMORY[DEFAULT_CARD]
+            print(f"no CUDA GPU on this machine: planning for a {DEFAULT_CARD.upper()} "
+                  f"({memory / 2**30:.0f} GiB; --memory sets another budget or card)", file=sys.stderr)
+        else:
+            context = 0  # free memory is measured after this process made its CUDA context
     else:
         memory = parse_memory(args.memory_bytes)
     plan = plan_micro_batch(config_from_flags(PlanRequest, args, memory_bytes=memory, cuda_context_bytes=context))
@@ -81,10 +83,18 @@ def train_main(args: argparse.Namespace) -> dict:
 
 def bench_main(args: argparse.Namespace) -> dict:
     """Run the variants, add the bert-base estimate, print and save the tables."""
-    from .bench import BenchConfig, run_bench, write_bench
+    from .bench import BenchConfig, long_run_warning, run_bench, write_bench
+    from .devices import device_name
     from .estimate import estimated_rows
 
-    result = run_bench(config_from_flags(BenchConfig, args))
+    bench = config_from_flags(BenchConfig, args)
+    if bench.device.startswith("cuda"):  # say how long before hours of GPU time begin
+        import torch
+
+        warning = long_run_warning(bench, device_name(torch.device(bench.device)))
+        if warning:
+            print(f"note: {warning}", file=sys.stderr, flush=True)
+    result = run_bench(bench)
     if not args.no_estimate:
         result["estimated"] = estimated_rows()
     path = write_bench(result, args.output_dir)

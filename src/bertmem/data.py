@@ -20,6 +20,9 @@ HUB_IDS = {
     "sst2": "stanfordnlp/sst2",
 }
 EVAL_SPLITS = {"imdb": "test", "rotten_tomatoes": "validation", "sst2": "validation"}
+# The Hub's own column names where they differ from the mirror's text/label: the book's names read the same
+# rows from either place (SST-2 on the Hub: idx, sentence, label).
+HUB_COLUMNS = {"sst2": {"sentence": "text"}}
 FILE_READERS = {".csv": pd.read_csv, ".parquet": pd.read_parquet, ".json": None, ".jsonl": None}
 
 
@@ -57,6 +60,17 @@ def _load_hub(hub_id: str, split: str) -> pd.DataFrame:
                          "or pass a local file.") from err
 
 
+def hub_frame(name: str, split: str, load=None) -> pd.DataFrame:
+    """A named dataset's split from the Hub with the mirror's columns, text and label (chapter 0)."""
+    raw = (load or _load_hub)(HUB_IDS[name], split)
+    raw = raw.rename(columns=HUB_COLUMNS.get(name, {}))
+    missing = [c for c in ("text", "label") if c not in raw.columns]
+    if missing:
+        raise ValueError(f"{HUB_IDS[name]} on the Hub has columns {list(raw.columns)}, not {missing}: "
+                         "add its names to bertmem.data.HUB_COLUMNS")
+    return raw[["text", "label"]]
+
+
 def looks_like_path(name: str) -> bool:
     """A name that can only mean a local file: a data-file suffix, a path prefix, or more than one '/'."""
     return (Path(name).suffix.lower() in FILE_READERS or name.startswith((".", "/", "~"))
@@ -84,7 +98,7 @@ def read_split(source: str | os.PathLike, split: str = "train",
                 raise ValueError(f"mirror {folder} has no {name}/{split}.parquet; available: "
                                  f"{sorted(p.name for p in (folder / name).glob('*.parquet'))}")
             return pd.read_parquet(file)
-        return _load_hub(HUB_IDS[name], split)
+        return hub_frame(name, split)
     if looks_like_path(name):
         raise FileNotFoundError(f"no such file or folder: {path}")
     if "/" in name:
@@ -147,27 +161,37 @@ def encode_with_names(labels: pd.Series, names: list[str]) -> np.ndarray:
     return as_text.map(mapping).to_numpy(dtype=np.int64)
 
 
-def prepare_frame(raw: pd.DataFrame, text_column: str = "text", label_column: str = "label",
-                  label_names: Sequence[str] | None = None) -> pd.DataFrame:
-    """Validate raw rows and return a frame with `text` and integer `label` (names in attrs) (chapter 0).
+def prepare_frame(
+    raw: pd.DataFrame,
+    text_column: str = "text",
+    label_column: str = "label",
+    label_names: Sequence[str] | None = None,
+) -> pd.DataFrame:
+    """Checked rows as a frame of `text` and integer `label` (chapter 0, A1).
 
-    Pass the training frame's `label_names` when preparing evaluation rows: same classes, same ids.
+    The label names are in `frame.attrs["label_names"]`; pass the training frame's when
+    preparing evaluation rows, so the same classes get the same ids.
     """
     if not isinstance(raw, pd.DataFrame):
         raise TypeError(f"expected a pandas DataFrame, got {type(raw).__name__}")
     missing = [c for c in (text_column, label_column) if c not in raw.columns]
     if missing:
-        raise ValueError(f"missing column(s) {missing}; available columns: {list(raw.columns)}. "
-                         "Pass text_column=/label_column= to name yours")
+        raise ValueError(
+            f"missing column(s) {missing}; available columns: {list(raw.columns)}. "
+            "Pass text_column=/label_column= to name yours"
+        )
     if len(raw) == 0:
         raise ValueError("the split is empty: check the file or split name")
     texts = raw[text_column]
     if not texts.map(lambda t: isinstance(t, str)).all():
-        raise ValueError(f"column {text_column!r} must hold strings only (found missing or non-text values)")
+        raise ValueError(
+            f"column {text_column!r} must hold strings only "
+            "(found missing or non-text values)"
+        )
     empty = int((texts.str.strip() == "").sum())
     if empty:
         raise ValueError(f"{empty} rows have empty text in {text_column!r}: drop them first")
-    labels, names = normalize_labels(raw[label_column], label_names)
+    labels, names = normalize_labels(raw[label_column], label_names)  # names -> 0..K-1
     frame = pd.DataFrame({"text": texts.to_numpy(), "label": labels})
     frame.attrs["label_names"] = names
     return frame

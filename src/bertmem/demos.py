@@ -14,7 +14,7 @@ import torch
 from .accumulation import backward_window, split_batch
 from .devices import move_to
 from .models import tiny_classifier
-from .precision import MixedPrecision, PrecisionChoice
+from .precision import DTYPES, mixed_precision_step
 
 
 def synthetic_batch(examples: int, length: int = 16, generator: torch.Generator | None = None,
@@ -32,7 +32,7 @@ def synthetic_batches(count: int, examples: int, length: int = 16, seed: int = 0
 
 
 def accumulated_gradient(model: torch.nn.Module, micro_batches: list[dict], naive: bool = False) -> torch.Tensor:
-    """The flat gradient after backward over micro-batches: weighted (ours) or the seed's loss / N (chapter 2)."""
+    """Flat gradient over micro-batches: weighted, or the seed's loss / N (ch. 2)."""
     model.zero_grad(set_to_none=True)
     if naive:
         for micro in micro_batches:
@@ -43,7 +43,7 @@ def accumulated_gradient(model: torch.nn.Module, micro_batches: list[dict], naiv
 
 
 def adamw_step_change(micro_sizes: list[int], lr: float, seed: int = 0) -> torch.Tensor:
-    """Parameter change of a tiny BERT after one AdamW step over a split of the same examples (chapter 2)."""
+    """A tiny BERT's change after one AdamW step over split examples (ch. 2)."""
     tiny = tiny_classifier(seed=seed, dropout=0.0)
     full = synthetic_batch(sum(micro_sizes), generator=torch.Generator().manual_seed(seed + 1))
     before = torch.cat([p.detach().flatten().clone() for p in tiny.parameters()])
@@ -55,29 +55,32 @@ def adamw_step_change(micro_sizes: list[int], lr: float, seed: int = 0) -> torch
 
 def scaled_run(precision: str, steps: int = 40, ffn_scale: float = 1.0, init_scale: float = 2.0**16,
                growth_interval: int = 10, micro_sizes: tuple[int, ...] = (8, 8), lr: float = 1e-3,
-               clip: float | None = None) -> tuple[MixedPrecision, list[float]]:
-    """A tiny BERT trained under autocast (+ GradScaler for fp16) on random batches: the scale trace (ch. 3, 6).
+               clip: float | None = None) -> tuple[list[float], list[float]]:
+    """A tiny BERT trained by chapter 3's `mixed_precision_step` on random batches: scale trace, losses (ch. 3, 6).
 
     `ffn_scale` multiplies every feed-forward weight: large values overflow fp16 in the forward pass.
     """
+    if precision not in ("fp32", "bf16", "fp16"):
+        raise ValueError(f"precision must be 'fp32', 'bf16' or 'fp16', got {precision!r}")
     tiny = tiny_classifier(seed=0)
     with torch.no_grad():
         for layer in tiny.bert.encoder.layer:
             layer.intermediate.dense.weight.mul_(ffn_scale)
     optimizer = torch.optim.AdamW(tiny.parameters(), lr=lr)
-    amp = MixedPrecision(PrecisionChoice(precision, "cpu", "demo on a tiny model"), init_scale=init_scale,
-                         growth_interval=growth_interval)
-    generator, losses = torch.Generator().manual_seed(0), []
+    scaler = torch.amp.GradScaler("cpu", init_scale=init_scale, growth_interval=growth_interval,
+                                  enabled=precision == "fp16")
+    generator, scales, losses = torch.Generator().manual_seed(0), [], []
     for _ in range(steps):
         data = synthetic_batch(sum(micro_sizes), generator=generator)
-        losses.append(backward_window(tiny, split_batch(data, list(micro_sizes)), scale=amp.scale,
-                                      autocast=amp.autocast))
-        amp.unscale_(optimizer)
-        if clip is not None:  # after unscale_: on the true gradient
-            torch.nn.utils.clip_grad_norm_(tiny.parameters(), clip)
-        amp.step(optimizer)
-        optimizer.zero_grad(set_to_none=True)
-    return amp, losses
+        losses.append(mixed_precision_step(tiny, split_batch(data, list(micro_sizes)), optimizer, scaler,
+                                           DTYPES[precision], max_grad_norm=clip))
+        scales.append(scaler.get_scale())
+    return scales, losses
+
+
+def skipped_steps(scales: list[float], init_scale: float) -> int:
+    """Optimizer steps a GradScaler skipped: those after which the scale shrank (chapters 3 and 6)."""
+    return sum(now < before for now, before in zip(scales, [init_scale, *scales]))
 
 
 def tiny_training_run(batches: list[dict], **overrides):

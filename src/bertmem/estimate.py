@@ -211,21 +211,24 @@ def peak_line(config_or_model_id, seq_len: int, **kwargs) -> tuple[float, float]
 
 
 def estimated_rows(model: str = "bert-base-uncased", seq_len: int = 512, effective_batch: int = 32,
-                   accumulation: int = 4) -> list[dict[str, Any]]:
+                   accumulation: int = 4, half: str = "bf16") -> list[dict[str, Any]]:
     """The variants for a CUDA GPU, estimated with FakeTensorMode (no GPU needed), with 16/24 GB fits (chapter 5).
 
     The peak is the most memory alive at one moment of a steady-state step (the timeline), not the sum of
-    weights, gradients, optimizer state and activations, which no moment of the step holds at once.
+    weights, gradients, optimizer state and activations, which no moment of the step holds at once. `half` is
+    the 16-bit format of the mixed-precision rows: fp16 on a T4, bf16 on Ampere and newer (the same bytes).
     """
+    if half not in ("bf16", "fp16"):
+        raise ValueError(f"half must be 'bf16' or 'fp16', got {half!r}")
     from .footprint import LORA_RANK
 
     micro = effective_batch // accumulation
     specs = {"fp32 baseline": (effective_batch, "eager", "fp32", False, None),
              "accumulation ×4": (micro, "eager", "fp32", False, None),
-             "mixed precision + accumulation": (micro, "eager", "bf16", False, None),
-             "full recipe": (micro, "sdpa", "bf16", False, None),
-             "full + gradient checkpointing": (micro, "sdpa", "bf16", True, None),
-             "smallest footprint": (micro, "sdpa", "bf16", True, LORA_RANK)}  # + LoRA (chapter 8)
+             "mixed precision + accumulation": (micro, "eager", half, False, None),
+             "full recipe": (micro, "sdpa", half, False, None),
+             "full + gradient checkpointing": (micro, "sdpa", half, True, None),
+             "smallest footprint": (micro, "sdpa", half, True, LORA_RANK)}  # + LoRA (chapter 8)
     rows = []
     for variant, (batch, attention, precision, ckpt, lora_r) in specs.items():
         r = estimate_step_memory(model, batch, seq_len, precision=precision, attention=attention,

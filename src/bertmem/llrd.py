@@ -41,7 +41,7 @@ def layer_assignment(model: nn.Module) -> dict[str, str]:
 
 
 def group_lr_scale(group: str, num_layers: int, decay: float) -> float:
-    """The multiplier of base_lr: head 1, layer k decay^(L-k), embeddings decay^L (chapter 4)."""
+    """base_lr's multiplier: head 1, layer k decay^(L-k), embeddings decay^L (ch. 4)."""
     if group == HEAD:
         return 1.0
     if group == EMBEDDINGS:
@@ -54,7 +54,7 @@ def no_weight_decay(name: str, param: torch.Tensor) -> bool:
     return param.ndim <= 1 or name.endswith(".bias")
 
 
-def layerwise_param_groups(model: nn.Module, base_lr: float, decay: float = 0.95,
+def layerwise_param_groups(model: torch.nn.Module, base_lr: float, decay: float = 0.95,
                            weight_decay: float = 0.01) -> list[dict]:
     """AdamW groups, one learning rate per layer, decaying downwards (chapter 4).
 

@@ -214,6 +214,26 @@ def measure_step_memory(model: nn.Module, batch: dict[str, torch.Tensor],
     return report
 
 
+def saved_activation_bytes(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> int:
+    """Bytes saved for backward by one forward pass, weights aside (chapter 1)."""
+    params = list(model.parameters()) + list(model.buffers())
+    weights = {t.untyped_storage().data_ptr() for t in params}
+    saved = {}  # storage address -> bytes: a view and its base count once
+
+    def pack(tensor):  # called for every tensor autograd keeps for backward
+        if tensor.layout == torch.strided:
+            address = tensor.untyped_storage().data_ptr()
+            if address not in weights:  # weights are alive anyway
+                saved[address] = tensor.untyped_storage().nbytes()
+        return tensor  # keep it as it is: backward is unchanged
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        loss = model(**move_to(batch, params[0].device)).loss
+    loss.backward()  # frees what was saved
+    model.zero_grad(set_to_none=True)
+    return sum(saved.values())
+
+
 def _is_fake(tensor: torch.Tensor) -> bool:
     """True for FakeTensors (estimates), which have no real memory behind them."""
     from torch._subclasses.fake_tensor import FakeTensor

@@ -25,11 +25,20 @@ _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
           "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
 
 
+# Device memory as nvidia-smi reports each card's total (its datasheet's GB are decimal and a little more): what
+# `--memory t4` plans for, and what a plain `bertmem plan` assumes on a machine without a GPU.
+CARD_MEMORY = {"t4": 15360 * 2**20, "l4": 23034 * 2**20, "a100": 40960 * 2**20}
+DEFAULT_CARD = "t4"
+
+
 def parse_memory(text: str) -> int:
-    """Bytes from '15GiB', '16 GB', '24000MB' or a plain number of bytes (chapter 5)."""
+    """Bytes from '15GiB', '16 GB', '24000MB', a card name (t4, l4, a100) or a plain number (chapter 5)."""
+    if str(text).strip().lower() in CARD_MEMORY:
+        return CARD_MEMORY[str(text).strip().lower()]
     match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", str(text))
     if not match or match.group(2).lower() not in _UNITS:
-        raise ValueError(f"cannot read memory size {text!r}: write e.g. 15GiB, 16GB or 24000MB")
+        raise ValueError(f"cannot read memory size {text!r}: write e.g. 15GiB, 16GB, 24000MB or a card "
+                         f"({', '.join(CARD_MEMORY)})")
     return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
 
 
@@ -41,8 +50,9 @@ class PlanRequest:
         "help": "known BERT id, Hub id or local model folder"})
     max_length: int = field(default=512, metadata={"help": "tokens per example"})
     precision: str = field(default="fp16", metadata={"help": "autocast precision", "choices": PRECISIONS})
-    memory_bytes: int = field(default=15 * GIB, metadata={  # the command line reads text, e.g. 15GiB or auto
-        "help": "device memory, e.g. 15GiB or 16GB; 'auto' reads the free memory of the CUDA device",
+    memory_bytes: int = field(default=CARD_MEMORY[DEFAULT_CARD], metadata={  # the command line reads text
+        "help": "device memory: 15GiB, 16GB, a card (t4, l4, a100); 'auto' reads the CUDA device's free memory "
+                "and plans for a T4 where there is none",
         "flag": "--memory", "parse": str, "cli_default": "auto"})
     effective_batch: int = field(default=32, metadata={"help": "examples per optimizer step"})
     attention: str = field(default="sdpa", metadata={"help": "attention kernel", "choices": ("sdpa", "eager")})

@@ -1,12 +1,14 @@
-"""Mixed precision with torch.amp: choose by hardware, autocast + GradScaler, non-finite guard (chapter 3)."""
+"""Mixed precision with torch.amp: choose by hardware, autocast + GradScaler in a step, non-finite guard (ch. 3)."""
 
 from __future__ import annotations
 
 import contextlib
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
+
+from .devices import model_device, move_to
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 REQUESTS = ("auto",) + PRECISIONS
@@ -119,50 +121,42 @@ def check_finite(step: int, loss: float, model: torch.nn.Module, optimizer: torc
                          "or prefer bf16 over fp16")
 
 
-@dataclass
-class MixedPrecision:
-    """autocast + GradScaler: scale every micro-batch, step once per window (ch. 3)."""
-
-    choice: PrecisionChoice
-    init_scale: float = 2.0**16
-    growth_interval: int = 2000  # good steps before the scale doubles
-    scale_history: list[float] = field(default_factory=list)
-    skipped_steps: int = 0
-
-    def __post_init__(self) -> None:
-        self.scaler = torch.amp.GradScaler(
-            self.choice.device_type, init_scale=self.init_scale,
-            growth_interval=self.growth_interval, enabled=self.choice.use_scaler)
-
-    def autocast(self):
-        """The forward-pass context: torch.autocast for bf16/fp16, nothing for fp32."""
-        return autocast_context(self.choice.precision, self.choice.device_type)
-
-    def scale(self, loss: torch.Tensor) -> torch.Tensor:
-        """Multiply a (weighted micro-batch) loss by the loss scale before backward."""
-        return self.scaler.scale(loss)
-
-    def unscale_(self, optimizer: torch.optim.Optimizer) -> None:
-        """Divide the summed gradients by the scale: once per step, before clipping."""
-        self.scaler.unscale_(optimizer)
-
-    def step(self, optimizer: torch.optim.Optimizer) -> bool:
-        """optimizer.step() unless gradients overflowed; update the scale; stepped?"""
-        if not self.choice.use_scaler:
-            optimizer.step()
-            return True
-        before = self.scaler.get_scale()
-        self.scaler.step(optimizer)
-        self.scaler.update()
-        after = self.scaler.get_scale()
-        self.scale_history.append(after)
-        stepped = after >= before  # the scale shrinks exactly when the step was skipped
-        self.skipped_steps += not stepped
-        return stepped
+def mixed_precision_step(model: torch.nn.Module, micro_batches: list[dict],
+                         optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler,
+                         dtype: torch.dtype = torch.float16,
+                         max_grad_norm: float | None = 1.0) -> float:
+    """One step: autocast, scaled backward per micro-batch, unscale_, clip (ch. 3)."""
+    device = model_device(model)
+    total = sum(len(micro["labels"]) for micro in micro_batches)
+    window_loss = 0.0
+    for micro in micro_batches:
+        with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
+            loss = model(**move_to(micro, device)).loss  # mean over the micro-batch
+        weighted = loss * len(micro["labels"]) / total  # its share of the examples
+        scaler.scale(weighted).backward()  # every micro-batch: small grads stay > 0
+        window_loss += weighted.item()
+    scaler.unscale_(optimizer)  # true gradients: once per step, before clipping
+    if max_grad_norm is not None:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
+    scaler.step(optimizer)  # skipped when a gradient is inf or NaN
+    scaler.update()  # halve the scale after an overflow, grow it after good steps
+    optimizer.zero_grad(set_to_none=True)
+    return window_loss
 
 
-def pure_half(model: torch.nn.Module, dtype: torch.dtype = torch.bfloat16) -> torch.nn.Module:
-    """Cast every weight to half precision (Apex O2/O3's idea): no fp32 master weights (chapter 3)."""
+def half_dtype(device_type: str, capability: tuple[int, int] | None = None) -> torch.dtype:
+    """bf16, or fp16 on a GPU without fast bf16 (pre-Ampere, a T4) (chapter 3)."""
+    if device_type == "cuda" and choose_precision("auto", "cuda", capability, verbose=False).precision == "fp16":
+        return torch.float16
+    return torch.bfloat16
+
+
+def pure_half(model: torch.nn.Module, dtype: torch.dtype | None = None) -> torch.nn.Module:
+    """Cast every weight to half precision (Apex O2/O3's idea): no fp32 master weights (chapter 3).
+
+    `dtype` None: what the model's device runs fast (`half_dtype`: fp16 on a T4, bf16 elsewhere).
+    """
+    dtype = dtype or half_dtype(model_device(model).type)
     if dtype not in (torch.bfloat16, torch.float16):
         raise ValueError(f"dtype must be torch.bfloat16 or torch.float16, got {dtype}")
     return model.to(dtype)
@@ -171,8 +165,6 @@ def pure_half(model: torch.nn.Module, dtype: torch.dtype = torch.bfloat16) -> to
 def trace_op_dtypes(model: torch.nn.Module, batch: dict, autocast=None) -> dict[str, dict[str, int]]:
     """Which aten ops ran in which output dtype during one forward pass, e.g. under autocast (chapter 3)."""
     from collections import Counter, defaultdict
-
-    from .devices import model_device, move_to
 
     from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -193,20 +185,32 @@ def trace_op_dtypes(model: torch.nn.Module, batch: dict, autocast=None) -> dict[
 
 
 def diagnose_scale_trace(scale_history: list[float], init_scale: float) -> str:
-    """Read a GradScaler's scale trace: healthy, occasional overflow, or skipping every step (chapter 6)."""
+    """Read a GradScaler's scale trace: healthy, overflowing, or stuck (chapter 6)."""
     if not scale_history:
-        raise ValueError("empty scale history: run some fp16 steps with MixedPrecision first")
+        raise ValueError(
+            "empty scale history: record scaler.get_scale() after each fp16 step first"
+        )
     steps = len(scale_history)
     previous = [init_scale] + list(scale_history[:-1])
     skipped = sum(now < before for now, before in zip(scale_history, previous))
     final = scale_history[-1]
     summary = f"{skipped} of {steps} steps skipped; scale {init_scale:g} -> {final:g}"
     tail = min(10, steps)
-    if all(now < before for now, before in zip(scale_history[-tail:], previous[-tail:])):
-        return (f"{summary}. Every recent step overflowed, even at a scale of {final:g}: the fp16 *forward* pass "
-                "overflows (values > 65504), so no loss scale can help. Use bf16, or lower the peak learning rate "
-                "and clip gradients so the weights stop growing.")
+    recent = zip(scale_history[-tail:], previous[-tail:])
+    if all(now < before for now, before in recent):  # the scale halves every step
+        return (
+            f"{summary}. Every recent step overflowed, even at a scale of {final:g}: "
+            "the fp16 *forward* pass overflows (values > 65504), so no loss scale can "
+            "help. Use bf16, or lower the peak learning rate and clip gradients so "
+            "the weights stop growing."
+        )
     if skipped > steps // 4:
-        return (f"{summary}. Frequent overflows: the scale keeps hitting fp16's range. Lower the initial scale or "
-                "the peak learning rate; check for inf/NaN in the inputs.")
-    return f"{summary}. Healthy: occasional skipped steps are how dynamic loss scaling finds its scale."
+        return (
+            f"{summary}. Frequent overflows: the scale keeps hitting fp16's range. "
+            "Lower the initial scale or the peak learning rate; check for inf/NaN in "
+            "the inputs."
+        )
+    return (
+        f"{summary}. Healthy: occasional skipped steps are how dynamic loss scaling "
+        "finds its scale."
+    )

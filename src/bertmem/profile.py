@@ -9,6 +9,7 @@ import random
 import sys
 import warnings
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Iterable, Mapping
 
 import numpy as np
@@ -123,6 +124,20 @@ def quiet_progress_import() -> None:
 def _no_kernel_notice(record: logging.LogRecord) -> bool:
     """False for bitsandbytes' notice that optional 4-bit CPU kernels (which the book never uses) are missing."""
     return "kernels-community" not in record.getMessage()
+
+
+COLAB_OUTPUTS = Path("/content/bertmem-runs")  # Colab's file browser shows /content; /tmp is out of sight
+
+
+def output_folder(name: str, colab_root: Path = COLAB_OUTPUTS) -> Path:
+    """Where a chapter writes a run: a folder in Colab's file browser on Colab, a fresh temporary one elsewhere."""
+    if "google.colab" in sys.modules:
+        folder = colab_root / name
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder
+    import tempfile
+
+    return Path(tempfile.mkdtemp(prefix=f"bertmem-{name}-"))
 
 
 def quiet_bitsandbytes_notice() -> None:

@@ -32,28 +32,40 @@ class StateBytes:
             raise ValueError(f"bytes per parameter must be >= 0, got {self}")
 
 
-def per_device_bytes(num_params: int, activation_bytes: int, devices: int, strategy: str = "ddp",
-                     state: StateBytes = StateBytes(), gathered_params: int = 0,
-                     gradient_buckets: bool = False) -> dict[str, float]:
-    """Weights, gradients, optimizer state and activations held by one of `devices` data-parallel devices.
+def per_device_bytes(
+    num_params: int,
+    activation_bytes: int,
+    devices: int,
+    strategy: str = "ddp",
+    state: StateBytes = StateBytes(),
+    gathered_params: int = 0,
+    gradient_buckets: bool = False,
+) -> dict[str, float]:
+    """What one of `devices` data-parallel devices holds, by category (chapter 7).
 
-    Sharded parts are divided by the device count (Rajbhandari et al., 2020). Under ZeRO-3/FSDP a device
-    also holds one wrapped unit's full weights while it computes (`gathered_params`, e.g. one encoder layer).
-    Activations are per device and not sharded: each device runs its own micro-batch. `gradient_buckets`:
-    PyTorch DDP's default (`gradient_as_bucket_view=False`) keeps its all-reduce buckets as a second copy of
+    Sharded parts are divided by the device count (Rajbhandari et al., 2020). Under
+    ZeRO-3/FSDP a device also holds one wrapped unit's full weights while it computes
+    (`gathered_params`, e.g. one encoder layer). Activations are per device: each runs
+    its own micro-batch. `gradient_buckets`: PyTorch DDP's default
+    (`gradient_as_bucket_view=False`) keeps its all-reduce buckets as a second copy of
     the gradients; the ZeRO paper's accounting leaves them out.
     """
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
     if devices < 1 or num_params < 1 or activation_bytes < 0 or gathered_params < 0:
-        raise ValueError(f"need devices >= 1, num_params >= 1 and non-negative byte counts, got devices={devices}, "
-                         f"num_params={num_params}, activation_bytes={activation_bytes}")
-    shard_w, shard_g, shard_o = SHARDED[strategy]
-    out = {"weights": num_params * state.weights / (devices if shard_w else 1),
-           "gradients": num_params * state.gradients / (devices if shard_g else 1),
-           "optimizer_state": num_params * state.optimizer / (devices if shard_o else 1),
-           "activations": float(activation_bytes)}
-    if shard_w and devices > 1:
+        raise ValueError(
+            "need devices >= 1, num_params >= 1 and non-negative byte counts, got "
+            f"devices={devices}, num_params={num_params}, "
+            f"activation_bytes={activation_bytes}"
+        )
+    shard_w, shard_g, shard_o = SHARDED[strategy]  # which parts this strategy divides
+    out = {
+        "weights": num_params * state.weights / (devices if shard_w else 1),
+        "gradients": num_params * state.gradients / (devices if shard_g else 1),
+        "optimizer_state": num_params * state.optimizer / (devices if shard_o else 1),
+        "activations": float(activation_bytes),
+    }
+    if shard_w and devices > 1:  # ZeRO-3/FSDP gathers one unit's weights at a time
         out["gathered_weights"] = float(min(gathered_params, num_params) * state.weights)
     if strategy == "ddp" and gradient_buckets and devices > 1:
         out["gradient_buckets"] = float(num_params * state.gradients)

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -12,14 +13,13 @@ from torch.utils.data import DataLoader
 
 from .accumulation import WEIGHTINGS, backward_with_backoff, check_dataset_fits, optimizer_steps, windows
 from .models import enable_gradient_checkpointing
-from .checkpoint import (capture_rng, check_resume_settings, dataset_fingerprint, load_checkpoint, load_model_state,
-                         restore_rng, save_checkpoint)
 from .baseline import TrainResult, evaluate  # noqa: F401  (chapter 0's pieces, re-exported for callers)
-from .batching import dataset_size, epoch_batches
+from .batching import dataset_size
 from .footprint import OPTIMIZER_NAMES, apply_lora, freeze_lower_layers, has_lora, make_optimizer
 from .devices import model_device, require_device, synchronize
-from .interrupts import TrainingInterrupted, interruption, stops_on_sigterm
-from .precision import REQUESTS, MixedPrecision, check_finite, choose_precision
+from .interrupts import stops_on_sigterm
+from .precision import REQUESTS, autocast_context, check_finite, choose_precision
+from .resume import RunState, run_settings  # noqa: F401  (run_settings: re-exported)
 from .run_config import RunConfig
 from .profile import Profile, seed_everything
 from .profile import progress as progress_bar
@@ -155,28 +155,8 @@ def use_fused_adamw(config: TrainConfig, model: torch.nn.Module) -> bool:
     return supported if config.fused_optimizer is None else bool(config.fused_optimizer)
 
 
-def run_settings(config: TrainConfig, train_loader, micro_size: int, extra: dict | None = None) -> dict[str, Any]:
-    """What a checkpoint must match to resume: the recipe, the batch and the data's identity (chapter 5)."""
-    dataset = getattr(train_loader, "dataset", None)
-    settings = dict(asdict(config), micro_batch_size=micro_size, train_examples=dataset_size(train_loader),
-                    data_fingerprint=dataset_fingerprint(dataset if dataset is not None else train_loader))
-    settings.update(extra or {})
-    return settings
-
-
-@stops_on_sigterm  # SIGTERM saves a checkpoint like Ctrl-C does
-def train(model: torch.nn.Module, train_loader: DataLoader, config: TrainConfig,
-          eval_loader: DataLoader | None = None, settings: dict[str, Any] | None = None, *,
-          run: RunConfig | None = None) -> TrainResult:
-    """Fine-tune: micro-batch windows (ch. 2), autocast + scaler (ch. 3), layer-wise LRs (ch. 4), checkpoints (ch. 5).
-
-    `run`: device, progress bars and checkpoints (`RunConfig`; default: the model's device, bars, no
-    checkpoints; with `checkpoint_every` or `resume`, checkpoint.pt lives in `run.output_dir`).
-    `settings`: what the caller knows about the run (model id, dataset name …), stored in checkpoints and
-    compared on resume together with the recipe and the data's fingerprint.
-    """
-    run = run or RunConfig()
-    folder = run.checkpoint_dir
+def prepare_run(model: torch.nn.Module, train_loader, config: TrainConfig, run: RunConfig):
+    """Checks, seed, device, chapter 8's levers, checkpointing; (device, micro-batch size, steps per epoch, total)."""
     if len(train_loader) == 0:
         raise ValueError("the training loader yields no batches: the dataset is empty")
     micro_size = getattr(train_loader, "batch_size", None) or len(next(iter(train_loader))["labels"])
@@ -184,116 +164,71 @@ def train(model: torch.nn.Module, train_loader: DataLoader, config: TrainConfig,
     seed_everything(config.seed)
     if run.device is not None:  # asked for a device: place the model there once; helpers follow it
         model.to(require_device(run.device))
-    device = model_device(model)
     prepare_trainable(model, config)
     if config.gradient_checkpointing:
         enable_gradient_checkpointing(model)
     steps_per_epoch, total = optimizer_steps(len(train_loader), config.accumulation_steps, config.epochs,
                                              config.max_steps)
+    return model_device(model), micro_size, steps_per_epoch, total
+
+
+@stops_on_sigterm  # SIGTERM saves a checkpoint like Ctrl-C does
+def train(model: torch.nn.Module, train_loader: DataLoader, config: TrainConfig,
+          eval_loader: DataLoader | None = None, settings: dict[str, Any] | None = None, *,
+          run: RunConfig | None = None) -> TrainResult:
+    """Fine-tune with every lever of chapters 2-5 in one loop (chapter 5).
+
+    `run`: device, progress bars, checkpoints (`RunConfig`); `settings`: what the caller
+    knows (model id, dataset …), kept in checkpoints and compared on resume.
+    """
+    run = run or RunConfig()
+    device, micro_size, per_epoch, total = prepare_run(model, train_loader, config, run)
     optimizer, scheduler = make_optimizer_and_scheduler(model, config, total)
     params = [p for p in model.parameters() if p.requires_grad]
     choice = choose_precision(config.precision, device.type, verbose=config.precision == "auto")
-    amp = MixedPrecision(choice)
+    autocast = functools.partial(autocast_context, choice.precision, device.type)
+    scaler = torch.amp.GradScaler(device.type, enabled=choice.use_scaler)  # fp16 only
     result = TrainResult(precision=choice.precision)
-    generator = getattr(train_loader, "generator", None)  # a shuffled DataLoader's order comes from it
-    pos = {"epoch": 1, "micro_batches": 0, "step": 0, "seen": 0, "splits": 1, "skipped": 0, "elapsed_s": 0.0,
-           "generator": generator.get_state() if generator is not None else None}
-    rng = None
-    extra_settings, settings = settings, {}
-    if folder:
-        settings = run_settings(config, train_loader, micro_size, extra_settings)
-    if settings:
-        settings["precision_used"] = choice.precision  # 'auto' can resolve differently on another card
-    if run.resume:
-        ckpt = load_checkpoint(folder)
-        check_resume_settings(ckpt["settings"], settings, folder)
-        load_model_state(model, ckpt["model"], folder)
-        optimizer.load_state_dict(ckpt["optimizer"])
-        scheduler.load_state_dict(ckpt["scheduler"])
-        if ckpt["scaler"] is not None:
-            amp.scaler.load_state_dict(ckpt["scaler"])
-        pos, rng, result.history, result.epochs = ckpt["position"], ckpt["rng"], ckpt["history"], ckpt["epochs"]
-        amp.skipped_steps = pos["skipped"]
-
-    last_saved: list[dict] = []  # the position most recently written (an interrupt need not write it twice)
-
-    def checkpoint(position: dict, rng_state: dict) -> None:
-        try:
-            save_checkpoint(folder, model=model, optimizer=optimizer, scheduler=scheduler,
-                            scaler=amp.scaler if choice.use_scaler else None, rng=rng_state,
-                            position=dict(position, skipped=amp.skipped_steps), history=result.history,
-                            epochs=result.epochs, settings=settings)
-        except TrainingInterrupted:  # a SIGTERM that waited for the save: the file is complete
-            last_saved[:] = [position]
-            raise
-        last_saved[:] = [position]
-
-    step, splits = pos["step"], pos["splits"]
-    for epoch in range(pos["epoch"], config.epochs + 1):
-        if step >= total:
-            break
+    parts = dict(model=model, optimizer=optimizer, scheduler=scheduler, scaler=scaler)
+    state = RunState.begin(run, config, train_loader, micro_size, result, parts, settings)
+    for epoch in state.epochs(config.epochs, total):
         model.train()
-        if generator is not None and pos["generator"] is not None:
-            generator.set_state(pos["generator"])  # the order this epoch had when it first ran
-        start, done, seen = time.perf_counter(), pos["micro_batches"], pos["seen"]
-        before = pos.get("elapsed_s", 0.0)  # this epoch's training time before an interruption
-        batches = epoch_batches(train_loader, epoch, skip=done)
-        if rng is not None:
-            restore_rng(rng)  # after the loader drew its seeds: the run continues exactly
-            rng = None
-        boundary = dict(pos, epoch=epoch, micro_batches=done, step=step, seen=seen, splits=splits)
-        boundary_rng = capture_rng() if folder else None
-        # counted by hand: a bar that wraps the iterator counts an item only when asked for the next one
-        bar = progress_bar(None, f"epoch {epoch}/{config.epochs}", enabled=run.progress, total=steps_per_epoch,
-                           initial=done // config.accumulation_steps)
-        try:
+        batches = state.batches(epoch)  # resumed mid-epoch: the rest of it
+        desc, done = f"epoch {epoch}/{config.epochs}", state.done // config.accumulation_steps
+        bar = progress_bar(None, desc, run.progress, total=per_epoch, initial=done)
+        with state.saved_on_interrupt():  # Ctrl-C, SIGTERM: save the last step
             for window in windows(batches, config.accumulation_steps):
-                step_start = time.perf_counter()
-                loss, new_splits = backward_with_backoff(model, window, device, config.loss_weighting, splits,
-                                                         config.oom_backoff, scale=amp.scale, autocast=amp.autocast)
-                if new_splits != splits:
-                    result.backoffs.append({"step": step + 1, "splits": new_splits})
-                    splits = new_splits
-                record = {"step": step + 1, "epoch": epoch, "loss": loss}
-                amp.unscale_(optimizer)  # no-op without a scaler; before clipping, once per optimizer step
-                if config.max_grad_norm is not None:  # on the summed, unscaled gradient
+                started = time.perf_counter()
+                loss, splits = backward_with_backoff(model, window, device, config.loss_weighting, state.splits,
+                                                     config.oom_backoff, scale=scaler.scale, autocast=autocast)
+                record = {"step": state.step + 1, "epoch": epoch, "loss": loss}
+                scaler.unscale_(optimizer)  # true gradients, before clipping
+                if config.max_grad_norm is not None:
                     record["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm))
                 if config.guard_non_finite and not choice.use_scaler:
-                    check_finite(step + 1, loss, model, optimizer)
-                if amp.step(optimizer):
+                    check_finite(state.step + 1, loss, model, optimizer)
+                scale = scaler.get_scale()
+                scaler.step(optimizer)  # skipped when an fp16 gradient is inf or NaN
+                scaler.update()
+                if scaler.get_scale() >= scale:  # stepped: the schedule moves on
                     scheduler.step()
+                else:
+                    result.skipped_steps += 1
                 if choice.use_scaler:
-                    record["loss_scale"] = amp.scale_history[-1]
+                    record["loss_scale"] = scaler.get_scale()
                 optimizer.zero_grad(set_to_none=True)
                 synchronize(device)  # a GPU's queued kernels belong to this step's time
-                record["step_time_s"] = time.perf_counter() - step_start  # compute only: no data loading
-                step, done = step + 1, done + len(window)
-                seen += sum(len(micro["labels"]) for micro in window)
-                record["lr"] = scheduler.get_last_lr()[0]
+                record.update(step_time_s=time.perf_counter() - started, lr=scheduler.get_last_lr()[0])
                 result.history.append(record)
-                bar.set_postfix(loss=f"{loss:.3f}", refresh=False)  # shown at the next timed redraw
+                bar.set_postfix(loss=f"{loss:.3f}", refresh=False)
                 bar.update(1)
-                if folder:
-                    boundary = dict(boundary, micro_batches=done, step=step, seen=seen, splits=splits,
-                                    elapsed_s=before + time.perf_counter() - start)
-                    boundary_rng = capture_rng()
-                    if run.checkpoint_every and step % run.checkpoint_every == 0:
-                        checkpoint(boundary, boundary_rng)
-                if step >= total:
+                state.on_step(window, splits)  # where the run stands; checkpoints
+                if state.step >= total:
                     break
             bar.close()
-            elapsed = before + time.perf_counter() - start
-            record = {"epoch": epoch, "train_time_s": elapsed, "examples": seen, "examples_per_s": seen / elapsed}
-            if eval_loader is not None:  # interrupted here: the resumed run skips the trained batches, evaluates
+            record = state.epoch_record(epoch)
+            if eval_loader is not None:  # a stop here resumes to evaluate
                 record.update(evaluate(model, eval_loader, show_progress=run.progress))
             result.epochs.append(record)
-            pos = {"epoch": epoch + 1, "micro_batches": 0, "step": step, "seen": 0, "splits": splits,
-                   "elapsed_s": 0.0, "generator": generator.get_state() if generator is not None else None}
-            if folder:
-                boundary, boundary_rng = pos, capture_rng()
-                checkpoint(pos, boundary_rng)
-        except KeyboardInterrupt as stop:
-            written = bool(last_saved) and last_saved[0] is boundary
-            raise interruption(stop, boundary, boundary_rng, checkpoint, folder, written) from None
-    result.skipped_steps = amp.skipped_steps
+            state.on_epoch(epoch)  # a checkpoint at every epoch's end
     return result

@@ -1,16 +1,20 @@
 """What each chapter trains, and about how long that takes on a GPU, from a FLOP count (setup cells, intro).
 
 Each chapter that fine-tunes takes its sizes from `chapter_sizes`, and `chapter_minutes` counts the same runs:
-training costs 6 · parameters · tokens FLOPs and evaluation 2 · parameters · tokens (Kaplan et al., 2020), at the
-card's dense datasheet peak for the precision used times an assumed utilisation. Tokens are counted at the full
-`max_length` (every review padded to the limit), so the estimate is an upper bound for IMDb, whose median review is
-shorter than 512 tokens. It is an estimate, never a measurement: the pages say so.
+training costs 6 · parameters · tokens FLOPs and evaluation 2 · parameters · tokens (Kaplan et al., 2020). Training
+runs at the throughput a BERT-class fine-tune was measured to reach on the card in the precision used (published
+measurements, where there are any; else an assumed share of the datasheet peak); evaluation runs in fp32, as
+`evaluate` does. Each chapter also pays for its CPU-side work (imports, estimates, demonstrations, tokenizing: the
+GPU profile's dry run, measured) and for loading bert-base once per fine-tune. Tokens are counted at the full
+`max_length` (every review padded to the limit). The first run on a fresh runtime adds the install and the
+downloads (`FIRST_RUN_MINUTES`). It is an estimate, never a measurement: the pages say so.
 """
 
 from __future__ import annotations
 
+import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -19,8 +23,12 @@ from .profile import Profile, check_subset_sizes
 # Assumed share of the datasheet peak that a BERT fine-tune reaches (kernels, data loading, optimizer, Python);
 # each card carries its own value, this is the one the book assumes for all three until a GPU run measures them.
 UTILISATION = 0.3
-# Assumed fixed cost of a chapter besides its fine-tunes: imports, model loading, tokenizing, small demos.
-OVERHEAD_MINUTES = 1.0
+# Loading bert-base (440 MB of weights) from the local cache and moving it to the GPU, once per fine-tune; an
+# assumption (the CPU-side work below is measured with MiniLM, which loads in about a second).
+MODEL_LOAD_SECONDS = 10.0
+# A fresh Colab runtime, once: the install cell (pip adds bertmem and bitsandbytes) and the downloads (bert-base,
+# 440 MB; an IMDb or rotten_tomatoes split, under 100 MB). An assumption, stated apart from the chapters' minutes.
+FIRST_RUN_MINUTES = 2.0
 
 
 @dataclass(frozen=True)
@@ -32,6 +40,9 @@ class Card:
     peak_tflops: dict[str, float]
     source: str
     utilisation: float = UTILISATION  # the assumed share of the peak reached (an assumption, stated on the page)
+    # TFLOP/s a BERT-class fine-tune was measured to reach on this card, by precision, and where it was published
+    measured_tflops: dict[str, float] = field(default_factory=dict)
+    measured_source: str = ""
 
     def __post_init__(self) -> None:
         if "fp32" not in self.peak_tflops or min(self.peak_tflops.values()) <= 0:
@@ -43,6 +54,13 @@ class Card:
         """The precision `auto` picks on this card: bf16 where it has bf16 tensor cores, else fp16."""
         return "bf16" if "bf16" in self.peak_tflops else "fp16"
 
+    def training_tflops(self, precision: str) -> float:
+        """What a BERT fine-tune reaches: the published measurement, else the datasheet peak × utilisation."""
+        precision = self.low_precision() if precision == "auto" else precision
+        if precision in self.measured_tflops:
+            return self.measured_tflops[precision]
+        return self.tflops(precision) * self.utilisation
+
     def tflops(self, precision: str) -> float:
         """The dense peak for a precision ('auto' = this card's 16-bit format)."""
         precision = self.low_precision() if precision == "auto" else precision
@@ -52,7 +70,11 @@ class Card:
 
 
 CARDS = {  # NVIDIA datasheets (references.bib: nvidia2018t4, nvidia2023l4, nvidia2020a100)
-    "T4": Card("Colab T4", 16, {"fp32": 8.1, "fp16": 65.0}, "nvidia2018t4"),
+    # T4, measured: fp16, 0.30 s per batch of 32 × 128 tokens for ModernBERT-base (149 M parameters) = 6·P·T/t =
+    # 12.2 TFLOP/s (earino2026t4); fp32, 54.8 sequences of 128 tokens per second for bert-base (110 M) at batch 8,
+    # forward and backward = 4.6 TFLOP/s (liu2022gact's speed results).
+    "T4": Card("Colab T4", 16, {"fp32": 8.1, "fp16": 65.0}, "nvidia2018t4",
+               measured_tflops={"fp16": 12.2, "fp32": 4.6}, measured_source="earino2026t4,liu2022gact"),
     "L4": Card("L4", 24, {"fp32": 30.3, "fp16": 121.0, "bf16": 121.0}, "nvidia2023l4"),
     "A100": Card("A100 40GB", 40, {"fp32": 19.5, "fp16": 312.0, "bf16": 312.0}, "nvidia2020a100"),
 }
@@ -124,8 +146,8 @@ _SIZES = {
             "08": dict(dataset="rotten_tomatoes", train_size=768, eval_size=400, max_length=64, precision="auto",
                        seeds=(0, 1, 2))},
     "gpu": {"03": dict(train_size=1000, eval_size=500),
-            "04": dict(train_size=1000, eval_size=500, precision="auto"),
-            "05": dict(train_size=500, eval_size=300, effective_batch=32, seeds=(0, 1)),
+            "04": dict(train_size=800, eval_size=400, precision="auto"),
+            "05": dict(train_size=400, eval_size=200, effective_batch=32, seeds=(0, 1)),
             "06-warmup": dict(dataset="rotten_tomatoes", train_size=320, eval_size=300, max_length=64,
                               precision="auto"),
             "06-truncation": dict(dataset="imdb", train_size=600, eval_size=400, max_length=128, precision="auto"),
@@ -194,21 +216,38 @@ def _dataset_rows(name: str, split_size: int | None, evaluation: bool = False) -
 
 
 def run_seconds(run: Run, num_params: int, card: Card, utilisation: float | None = None) -> float:
-    """FLOPs of one Run (training 6PT, evaluation 2PT, all repeats) over the card's effective throughput."""
+    """FLOPs of one Run (training 6PT at its precision, evaluation 2PT in fp32, all repeats) over the card's rate.
+
+    `utilisation` replaces the card's measured or assumed rates by that share of the datasheet peaks.
+    """
     precision = run.precision or run.sizes.precision
-    rate = card.tflops(precision) * 1e12 * (card.utilisation if utilisation is None else utilisation)
+    def rate(p: str) -> float:
+        return 1e12 * (card.training_tflops(p) if utilisation is None else card.tflops(p) * utilisation)
+
     evaluations = run.epochs if run.evaluations is None else run.evaluations  # train() evaluates every epoch
     train_tokens = _dataset_rows(run.sizes.dataset, run.sizes.train_size) * run.sizes.max_length * run.epochs
     eval_tokens = (_dataset_rows(run.sizes.dataset, run.sizes.eval_size, evaluation=True) * run.sizes.max_length
                    * evaluations)
-    flops = 6 * num_params * train_tokens * run.recompute + 2 * num_params * eval_tokens
-    return run.repeats * flops / rate
+    train_seconds = 6 * num_params * train_tokens * run.recompute / rate(precision)
+    eval_seconds = 2 * num_params * eval_tokens / rate("fp32")  # evaluate() runs without autocast
+    return run.repeats * (train_seconds + eval_seconds + MODEL_LOAD_SECONDS)
+
+
+def cpu_work_minutes() -> dict[str, float]:
+    """Each chapter's CPU-side minutes: its GPU-profile dry run (tiny sizes, MiniLM), as recorded (intro, setup)."""
+    from importlib.resources import files
+
+    recorded = json.loads(files("bertmem").joinpath("recorded", "cpu-work.json").read_text(encoding="utf-8"))
+    return {chapter: seconds / 60 for chapter, seconds in recorded["seconds"].items()}
 
 
 def chapter_minutes(profile: Profile, num_params: int, card: Card, utilisation: float | None = None
                     ) -> dict[str, float]:
-    """Estimated minutes per chapter: its fine-tunes' FLOPs plus the fixed overhead (intro table, setup cells)."""
-    return {chapter: OVERHEAD_MINUTES + sum(run_seconds(r, num_params, card, utilisation) for r in runs) / 60
+    """Estimated minutes per chapter: its fine-tunes (FLOPs and a model load each), its CPU-side work and one
+    more model load for its own setup and measurements (intro, setup cells)."""
+    cpu = cpu_work_minutes()
+    return {chapter: cpu.get(chapter, 1.0) + MODEL_LOAD_SECONDS / 60
+            + sum(run_seconds(r, num_params, card, utilisation) for r in runs) / 60
             for chapter, runs in chapter_runs(profile).items()}
 
 
@@ -229,5 +268,8 @@ def setup_line(chapter: str, profile: Profile, gpu_name: str | None = None) -> s
     if profile.name == "cpu":  # CPU-profile sizes say nothing about a GPU: estimate the GPU profile's defaults
         profile = get_profile("gpu", env={})
     minutes = chapter_minutes(profile, parameter_count(profile.model_id), card)[chapter]
-    return (f"this chapter, {profile.name} profile: about {minutes:.0f} min on {where} (estimated from a "
-            f"FLOP count at {card.utilisation:.0%} of the datasheet peak, plus {OVERHEAD_MINUTES:.0f} min overhead)")
+    basis = ("a BERT fine-tune's published throughput on it" if card.measured_tflops
+             else f"{card.utilisation:.0%} of the datasheet peak")
+    return (f"this chapter, {profile.name} profile: about {minutes:.0f} min on {where} (estimated from a FLOP count "
+            f"at {basis}, plus this chapter's CPU-side work and model loads; a fresh runtime adds about "
+            f"{FIRST_RUN_MINUTES:.0f} min once for the install and downloads)")

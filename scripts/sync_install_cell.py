@@ -1,0 +1,99 @@
+"""Write the Colab install cell into every notebook: one template, `_config.yml`'s repository, the package's tag.
+
+Usage: python scripts/sync_install_cell.py    (after forking or a version bump; tests/test_install_cell.py fails
+while a notebook's cell differs from the template)
+"""
+
+import json
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+INSTALL = re.compile(r"bertmem(\[[\w,-]+\])? @ git\+(?P<url>https://[^\"'\s@]+)(@(?P<ref>[\w.-]+))?")
+
+# The cell a Colab reader runs first. It installs a tagged release next to Colab's own torch, transformers and
+# peft (the package's pins accept Colab's versions, so pip adds only what Colab lacks), says what it did and how
+# long it took, turns a failure into one sentence, and asks for a restart only when pip changed an imported module.
+TEMPLATE = '''# @title Install the helper package (Colab only, about a minute)
+import importlib.metadata
+import importlib.util
+import re
+import subprocess
+import sys
+import time
+
+PACKAGE = "bertmem @ git+{url}@{ref}"
+if "google.colab" in sys.modules and importlib.util.find_spec("bertmem") is None:
+    print(f"pip install {{PACKAGE}}  (Colab's torch and transformers are kept)")
+    start = time.perf_counter()
+    command = [sys.executable, "-m", "pip", "install", "--disable-pip-version-check"]
+    pip = subprocess.run(
+        command + ["--progress-bar", "off", PACKAGE], capture_output=True, text=True
+    )
+    if pip.returncode != 0:
+        errors = [x for x in pip.stderr.splitlines() if x.startswith("ERROR")]
+        why = (errors or pip.stderr.strip().splitlines() or ["no message"])[-1]
+        raise SystemExit(
+            f"pip could not install bertmem ({{why}}): check the runtime's connection "
+            "and the release tag in PACKAGE above, then run this cell again."
+        )
+    found = re.findall(r"^Successfully installed (.+)$", pip.stdout, re.MULTILINE)
+    installed = [name.rsplit("-", 1)[0] for name in " ".join(found).split()]
+    took = time.perf_counter() - start
+    print(f"done in {{took:.0f}} s; installed: {{', '.join(installed) or 'nothing'}}")
+    changed = {{n.lower().replace("_", "-") for n in installed}}
+    stale = []  # imported modules whose distribution pip just installed or replaced
+    for module, names in importlib.metadata.packages_distributions().items():
+        names = {{n.lower().replace("_", "-") for n in names}}
+        if module in sys.modules and names & changed:
+            stale.append(module)
+    if stale:
+        print(
+            f"Restart the session (Runtime > Restart session): {{', '.join(stale)}} "
+            "changed after this notebook imported it."
+        )
+'''
+
+
+def configured_url() -> str:
+    """repository.url from _config.yml (the one place a fork edits)."""
+    text = (ROOT / "_config.yml").read_text(encoding="utf-8")
+    match = re.search(r"^repository:\s*\n(?:\s+.*\n)*?\s+url:\s*(\S+)", text, flags=re.MULTILINE)
+    if not match:
+        raise SystemExit("_config.yml has no repository.url")
+    return match.group(1)
+
+
+def release_tag() -> str:
+    """The git tag of this version: 'v' + pyproject.toml's version (tag each release so Colab can install it)."""
+    match = re.search(r'^version = "([^"]+)"', (ROOT / "pyproject.toml").read_text(), flags=re.MULTILINE)
+    if not match:
+        raise SystemExit("pyproject.toml has no version")
+    return "v" + match.group(1)
+
+
+def install_cell() -> str:
+    """The install cell's source for this repository and release."""
+    return TEMPLATE.format(url=configured_url(), ref=release_tag()).rstrip("\n")
+
+
+def is_install_cell(source: str) -> bool:
+    return "google.colab" in source and "pip" in source
+
+
+def main() -> None:
+    cell_source = install_cell()
+    for path in sorted((ROOT / "book").glob("*.ipynb")):
+        notebook = json.loads(path.read_text(encoding="utf-8"))
+        cells = [c for c in notebook["cells"] if c["cell_type"] == "code" and is_install_cell("".join(c["source"]))]
+        if len(cells) != 1:
+            raise SystemExit(f"{path.name}: expected one install cell, found {len(cells)}")
+        if "".join(cells[0]["source"]) != cell_source:
+            cells[0]["source"] = cell_source.splitlines(True)
+            cells[0]["metadata"] = {"cellView": "form", "tags": ["remove-cell"]}
+            path.write_text(json.dumps(notebook, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+            print(f"{path.name}: install cell now installs {configured_url()}@{release_tag()}")
+
+
+if __name__ == "__main__":
+    main()
