@@ -370,7 +370,7 @@ def test_every_variant_of_a_seed_starts_from_the_same_classifier_head(plain_csv,
 
 def test_a_bench_longer_than_a_chapter_says_so_before_it_starts():
     """The whole IMDb table with three seeds takes hours on a T4: say it before the GPU time starts."""
-    from bertmem.bench import estimated_minutes, long_run_warning
+    from bertmem.bench_info import estimated_minutes, long_run_warning
 
     full = BenchConfig(model="bert-base-uncased", train_size=None, eval_size=None, max_length=512, seeds=(0, 1, 2),
                        device="cuda")

@@ -13,16 +13,8 @@ import pandas as pd
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-MIRROR_ENV = "BERTMEM_DATA_MIRROR"
-HUB_IDS = {
-    "imdb": "stanfordnlp/imdb",
-    "rotten_tomatoes": "cornell-movie-review-data/rotten_tomatoes",
-    "sst2": "stanfordnlp/sst2",
-}
-EVAL_SPLITS = {"imdb": "test", "rotten_tomatoes": "validation", "sst2": "validation"}
-# The Hub's own column names where they differ from the mirror's text/label: the book's names read the same
-# rows from either place (SST-2 on the Hub: idx, sentence, label).
-HUB_COLUMNS = {"sst2": {"sentence": "text"}}
+from .hub import EVAL_SPLITS, HUB_COLUMNS, HUB_IDS, MIRROR_ENV, hub_frame, load_hub  # noqa: F401  (re-exported: the names users import from here)
+
 FILE_READERS = {".csv": pd.read_csv, ".parquet": pd.read_parquet, ".json": None, ".jsonl": None}
 
 
@@ -46,29 +38,6 @@ def _read_file(path: Path) -> pd.DataFrame:
         lines = suffix == ".jsonl" or path.read_text(encoding="utf-8").lstrip()[:1] != "["
         return pd.read_json(path, lines=lines)
     return FILE_READERS[suffix](path)
-
-
-def _load_hub(hub_id: str, split: str) -> pd.DataFrame:
-    """Load one split from the Hugging Face Hub as a DataFrame."""
-    import datasets  # heavy import, only on this path
-
-    try:
-        return datasets.load_dataset(hub_id, split=split).to_pandas()
-    except Exception as err:  # offline, unknown id, unknown split
-        raise ValueError(f"could not load {hub_id!r} split {split!r} from the Hub ({type(err).__name__}: {err}). "
-                         f"Offline? Point {MIRROR_ENV} (or mirror=) at a folder holding <name>/<split>.parquet, "
-                         "or pass a local file.") from err
-
-
-def hub_frame(name: str, split: str, load=None) -> pd.DataFrame:
-    """A named dataset's split from the Hub with the mirror's columns, text and label (chapter 0)."""
-    raw = (load or _load_hub)(HUB_IDS[name], split)
-    raw = raw.rename(columns=HUB_COLUMNS.get(name, {}))
-    missing = [c for c in ("text", "label") if c not in raw.columns]
-    if missing:
-        raise ValueError(f"{HUB_IDS[name]} on the Hub has columns {list(raw.columns)}, not {missing}: "
-                         "add its names to bertmem.data.HUB_COLUMNS")
-    return raw[["text", "label"]]
 
 
 def looks_like_path(name: str) -> bool:
@@ -102,7 +71,7 @@ def read_split(source: str | os.PathLike, split: str = "train",
     if looks_like_path(name):
         raise FileNotFoundError(f"no such file or folder: {path}")
     if "/" in name:
-        return _load_hub(name, split)
+        return load_hub(name, split)
     raise ValueError(f"unknown dataset {name!r}: use one of {sorted(HUB_IDS)}, a Hub id such as 'user/name', "
                      "or the path of a .csv/.json/.jsonl/.parquet file")
 

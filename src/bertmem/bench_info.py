@@ -1,0 +1,49 @@
+"""A bench before and after it runs: its time on a GPU, said before it starts; the recorded CPU table (ch. 5)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from .bench import BenchConfig, variant_settings
+
+
+def estimated_minutes(bench: BenchConfig, card=None) -> float:
+    """About how long the bench takes on a GPU (a T4 unless `card`): every variant once per seed (chapter 5).
+
+    Each variant is costed in its own precision (the first two in fp32) and with its recomputation (4/3 of the
+    forward work under gradient checkpointing), as `workload.chapter_runs` costs chapter 5.
+    """
+    from .estimate import parameter_count
+    from .workload import CARDS, ChapterSizes, Run, run_seconds
+
+    sizes = ChapterSizes(bench.dataset, bench.train_size, bench.eval_size, bench.max_length)
+    params, seconds = parameter_count(bench.model), 0.0
+    for variant in bench.variants:
+        recipe = variant_settings(bench, variant)[2]
+        run = Run(sizes, epochs=bench.epochs, repeats=len(bench.seeds), precision=recipe.precision,
+                  recompute=4 / 3 if recipe.gradient_checkpointing else 1.0)
+        seconds += run_seconds(run, params, card or CARDS["T4"])
+    return seconds / 60
+
+
+def long_run_warning(bench: BenchConfig, gpu_name: str | None, limit_minutes: float = 10.0) -> str | None:
+    """A sentence to print before a GPU bench that runs longer than a chapter (about 10 min), else None."""
+    from .workload import CARDS, card_for
+
+    card = card_for(gpu_name) or CARDS["T4"]
+    minutes = estimated_minutes(bench, card)
+    if minutes <= limit_minutes:
+        return None
+    where = gpu_name if card_for(gpu_name) else f"a {CARDS['T4'].name}"
+    duration = f"{minutes / 60:.1f} hours" if minutes >= 90 else f"{minutes:.0f} minutes"
+    return (f"this bench will take about {duration} on {where} (estimated: {len(bench.variants)} "
+            f"variants × {len(bench.seeds)} seeds); fewer --seeds, a smaller --train-size or fewer --variants "
+            "shorten it")
+
+
+def recorded_bench(name: str = "bench-cpu") -> dict[str, Any]:
+    """A bench table recorded with `make bench` and shipped with the package (chapter 5): works on Colab too."""
+    from importlib.resources import files
+
+    return json.loads(files("bertmem").joinpath("recorded", f"{name}.json").read_text(encoding="utf-8"))
