@@ -134,12 +134,10 @@ def optimizer_state_bytes(optimizer: torch.optim.Optimizer | None) -> int:
 
 def _checkpointed_layer_inputs(model: nn.Module, tally: SavedTensorTally) -> list:
     """With gradient checkpointing, each layer keeps its input alive outside autograd's saved tensors."""
-    enabled = getattr(model, "is_activation_checkpointing", None)
-    if enabled is None:  # transformers < 5
-        enabled = getattr(model, "is_gradient_checkpointing", False)
-    if not enabled:
+    from .models import checkpointing_enabled, find_encoder_layers
+
+    if not checkpointing_enabled(model):
         return []
-    from .models import find_encoder_layers
 
     def record_inputs(module, args):
         for arg in args:

@@ -170,6 +170,16 @@ def enable_gradient_checkpointing(model: torch.nn.Module) -> None:
         raise TypeError(f"{type(model).__name__} cannot checkpoint activations: use a transformers model")
 
 
+def checkpointing_enabled(model: torch.nn.Module) -> bool:
+    """Whether the model recomputes its layers in backward (chapters 1 and 5).
+
+    Newer transformers 5 releases call it `is_activation_checkpointing`; Colab's 5.15 still has only
+    `is_gradient_checkpointing`.
+    """
+    enabled = getattr(model, "is_activation_checkpointing", None)
+    return bool(getattr(model, "is_gradient_checkpointing", False) if enabled is None else enabled)
+
+
 def tiny_classifier(seed: int = 0, dropout: float = 0.1, **overrides):
     """A seeded tiny random BERT classifier: the same weights on every call (demos in chapters 5-6, tests)."""
     torch.manual_seed(seed)
