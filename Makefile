@@ -37,7 +37,7 @@ check: lint
 	$(PY) -m pytest -q -m "not slow" tests
 
 notebooks: install
-	$(PY) -m pytest --nbval-lax --nbval-cell-timeout=900 --nbval-sanitize-with nbval-sanitize.cfg book/
+	$(PY) -m pytest --nbval-lax --nbval-cell-timeout=1800 --nbval-sanitize-with nbval-sanitize.cfg book/
 
 # Every notebook once more under the GPU profile, shrunk by BERTMEM_* overrides and run on the CPU (MiniLM,
 # 16 examples, 64 tokens): a branch only the GPU profile takes cannot raise unseen (~6 min on 2 cores).
