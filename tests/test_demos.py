@@ -3,10 +3,11 @@
 import pytest
 import torch
 
-from bertmem.demos import (accumulated_gradient, adamw_step_change, classifier_change, scaled_run, skipped_steps,
+from bertmem.demos import (accumulated_gradient, adamw_step_change, classifier_change, scaled_run,
                            synthetic_batch, synthetic_batches)
 from bertmem.llrd import layerwise_param_groups, seed_article_param_groups
 from bertmem.models import tiny_classifier
+from bertmem.precision import skipped_steps
 
 
 def test_synthetic_batches_are_seeded_and_learnable():

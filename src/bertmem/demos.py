@@ -78,11 +78,6 @@ def scaled_run(precision: str, steps: int = 40, ffn_scale: float = 1.0, init_sca
     return scales, losses
 
 
-def skipped_steps(scales: list[float], init_scale: float) -> int:
-    """Optimizer steps a GradScaler skipped: those after which the scale shrank (chapters 3 and 6)."""
-    return sum(now < before for now, before in zip(scales, [init_scale, *scales]))
-
-
 def tiny_training_run(batches: list[dict], **overrides):
     """`train` on a seeded tiny BERT for 6 epochs at lr 1e-3, no clipping or warmup unless overridden (ch. 6)."""
     from .run_config import RunConfig

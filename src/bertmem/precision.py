@@ -184,6 +184,11 @@ def trace_op_dtypes(model: torch.nn.Module, batch: dict, autocast=None) -> dict[
     return {op: dict(counts) for op, counts in sorted(seen.items())}
 
 
+def skipped_steps(scales: list[float], init_scale: float) -> int:
+    """Optimizer steps a GradScaler skipped: those after which the scale shrank (ch. 3, 6)."""
+    return sum(now < before for now, before in zip(scales, [init_scale, *scales]))
+
+
 def diagnose_scale_trace(scale_history: list[float], init_scale: float) -> str:
     """Read a GradScaler's scale trace: healthy, overflowing, or stuck (chapter 6)."""
     if not scale_history:
@@ -192,7 +197,7 @@ def diagnose_scale_trace(scale_history: list[float], init_scale: float) -> str:
         )
     steps = len(scale_history)
     previous = [init_scale] + list(scale_history[:-1])
-    skipped = sum(now < before for now, before in zip(scale_history, previous))
+    skipped = skipped_steps(scale_history, init_scale)
     final = scale_history[-1]
     summary = f"{skipped} of {steps} steps skipped; scale {init_scale:g} -> {final:g}"
     tail = min(10, steps)
