@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-import warnings
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -15,7 +15,8 @@ from torch.utils.data import DataLoader, Dataset
 
 from .hub import EVAL_SPLITS, HUB_COLUMNS, HUB_IDS, MIRROR_ENV, hub_frame, load_hub  # noqa: F401  (re-exported: the names users import from here)
 
-FILE_READERS = {".csv": pd.read_csv, ".parquet": pd.read_parquet, ".json": None, ".jsonl": None}
+from .checks import checked_texts, encode_with_names, find_column, label_values, normalize_labels  # noqa: F401  (re-exported)
+from .files import SUFFIXES, ReadReport, read_chunks, read_table
 
 
 def mirror_folder(mirror: str | os.PathLike | None = None) -> Path | None:
@@ -29,35 +30,34 @@ def mirror_folder(mirror: str | os.PathLike | None = None) -> Path | None:
     return path
 
 
-def _read_file(path: Path) -> pd.DataFrame:
-    """Read one CSV, JSON (records or lines) or Parquet file into a DataFrame."""
-    suffix = path.suffix.lower()
-    if suffix not in FILE_READERS:
-        raise ValueError(f"unsupported file type {suffix!r} for {path}: use .csv, .json, .jsonl or .parquet")
-    if suffix in (".json", ".jsonl"):
-        lines = suffix == ".jsonl" or path.read_text(encoding="utf-8").lstrip()[:1] != "["
-        return pd.read_json(path, lines=lines)
-    return FILE_READERS[suffix](path)
-
-
 def looks_like_path(name: str) -> bool:
     """A name that can only mean a local file: a data-file suffix, a path prefix, or more than one '/'."""
-    return (Path(name).suffix.lower() in FILE_READERS or name.startswith((".", "/", "~"))
+    return (Path(name).suffix.lower() in SUFFIXES or name.startswith((".", "/", "~"))
             or name.count("/") > 1 or "\\" in name)
 
 
-def read_split(source: str | os.PathLike, split: str = "train",
-               mirror: str | os.PathLike | None = None) -> pd.DataFrame:
-    """Raw rows of a dataset name, a file, a folder of <split>.<ext> files, or a Hub id (chapter 0)."""
+def split_file(source: str | os.PathLike, split: str = "train") -> Path | None:
+    """The file behind `source`: itself, or <split>.<ext> in a folder; None for a dataset name (chapter A1)."""
     path = Path(source).expanduser()
     if path.is_file():
-        return _read_file(path)
+        return path
     if path.is_dir():
-        candidates = [path / f"{split}{ext}" for ext in FILE_READERS]
-        found = [c for c in candidates if c.is_file()]
-        if not found:
-            raise ValueError(f"folder {path} has no {split}.csv/.json/.jsonl/.parquet file")
-        return _read_file(found[0])
+        found = [path / f"{split}{ext}" for ext in SUFFIXES if (path / f"{split}{ext}").is_file()]
+        if len(found) != 1:
+            raise ValueError(f"folder {path} has {len(found)} files for split {split!r} ({[f.name for f in found]}): "
+                             f"it needs exactly one of {[split + ext for ext in SUFFIXES]}")
+        return found[0]
+    if looks_like_path(str(source)):
+        raise FileNotFoundError(f"no such file or folder: {path}")
+    return None
+
+
+def read_split(source: str | os.PathLike, split: str = "train", mirror: str | os.PathLike | None = None,
+               encoding: str | None = None, delimiter: str | None = None) -> pd.DataFrame:
+    """Raw rows of a dataset name, a file, a folder of <split>.<ext> files, or a Hub id (chapter 0)."""
+    file = split_file(source, split)
+    if file is not None:
+        return read_table(file, encoding, delimiter)
     name = str(source)
     if name in HUB_IDS:
         folder = mirror_folder(mirror)
@@ -68,66 +68,10 @@ def read_split(source: str | os.PathLike, split: str = "train",
                                  f"{sorted(p.name for p in (folder / name).glob('*.parquet'))}")
             return pd.read_parquet(file)
         return hub_frame(name, split)
-    if looks_like_path(name):
-        raise FileNotFoundError(f"no such file or folder: {path}")
     if "/" in name:
         return load_hub(name, split)
     raise ValueError(f"unknown dataset {name!r}: use one of {sorted(HUB_IDS)}, a Hub id such as 'user/name', "
                      "or the path of a .csv/.json/.jsonl/.parquet file")
-
-
-def normalize_labels(labels: pd.Series, label_names: Sequence[str] | None = None) -> tuple[np.ndarray, list[str]]:
-    """Labels as ints 0..K-1 plus their names; strings are stripped, mapped in sorted order and printed.
-
-    With `label_names` (the training split's names) the labels are encoded with that mapping instead, so an
-    evaluation split holding only some classes keeps the training ids; an unseen label is an error (chapter A1).
-    """
-    if labels.isna().any():
-        raise ValueError(f"{int(labels.isna().sum())} rows have no label: drop or fill them first")
-    if pd.api.types.is_bool_dtype(labels) or pd.api.types.is_float_dtype(labels):
-        raise ValueError(f"labels must be integers 0..K-1 or strings, got dtype {labels.dtype}")
-    if label_names is not None:
-        return encode_with_names(labels, list(label_names)), list(label_names)
-    if pd.api.types.is_integer_dtype(labels):
-        values = labels.to_numpy(dtype=np.int64)
-        present = sorted(set(values.tolist()))
-        if present != list(range(len(present))):
-            raise ValueError(f"integer labels must be 0..K-1 with every class present, got {present[:10]}: "
-                             "remap them (e.g. {-1: 0, 1: 1}) before loading")
-        names = [str(v) for v in present]
-    else:
-        as_text = labels.astype(str).str.strip()  # "pos " and "pos" are one class
-        names = sorted(as_text.unique())
-        warn_case_duplicates(names)
-        mapping = {name: i for i, name in enumerate(names)}
-        values = as_text.map(mapping).to_numpy(dtype=np.int64)
-    if len(names) < 2:
-        raise ValueError(f"only one class ({names}) in the labels: a classifier needs at least two")
-    if not pd.api.types.is_integer_dtype(labels):
-        print(f"string labels mapped to ids: {mapping}")
-    return values, names
-
-
-def warn_case_duplicates(names: Sequence[str]) -> None:
-    """Warn when two label names differ only in case ("Pos" and "pos"): probably one class (chapter A1)."""
-    groups: dict[str, list[str]] = {}
-    for name in names:
-        groups.setdefault(name.casefold(), []).append(name)
-    clashes = [group for group in groups.values() if len(group) > 1]
-    if clashes:
-        warnings.warn(f"label names that differ only in case are separate classes: {clashes}; "
-                      "lower-case the label column first if they mean the same class", stacklevel=3)
-
-
-def encode_with_names(labels: pd.Series, names: list[str]) -> np.ndarray:
-    """Encode labels with a given id mapping (the training split's); unseen labels are an error (chapter A1)."""
-    as_text = labels.astype(str).str.strip()
-    mapping = {name: i for i, name in enumerate(names)}
-    unseen = sorted(set(as_text) - set(mapping))
-    if unseen:
-        raise ValueError(f"evaluation labels {unseen[:10]} never occur in the training data (classes: {names}): "
-                         "fix the labels, or train on data that has these classes")
-    return as_text.map(mapping).to_numpy(dtype=np.int64)
 
 
 def prepare_frame(
@@ -143,24 +87,12 @@ def prepare_frame(
     """
     if not isinstance(raw, pd.DataFrame):
         raise TypeError(f"expected a pandas DataFrame, got {type(raw).__name__}")
-    missing = [c for c in (text_column, label_column) if c not in raw.columns]
-    if missing:
-        raise ValueError(
-            f"missing column(s) {missing}; available columns: {list(raw.columns)}. "
-            "Pass text_column=/label_column= to name yours"
-        )
     if len(raw) == 0:
         raise ValueError("the split is empty: check the file or split name")
-    texts = raw[text_column]
-    if not texts.map(lambda t: isinstance(t, str)).all():
-        raise ValueError(
-            f"column {text_column!r} must hold strings only "
-            "(found missing or non-text values)"
-        )
-    empty = int((texts.str.strip() == "").sum())
-    if empty:
-        raise ValueError(f"{empty} rows have empty text in {text_column!r}: drop them first")
-    labels, names = normalize_labels(raw[label_column], label_names)  # names -> 0..K-1
+    text_column = find_column(raw, text_column, "text_column")  # or 'Text', ' text '
+    label_column = find_column(raw, label_column, "label_column")
+    texts = checked_texts(raw[text_column])  # refuses missing, non-text and empty texts
+    labels, names = normalize_labels(raw[label_column], label_names)  # -> 0..K-1
     frame = pd.DataFrame({"text": texts.to_numpy(), "label": labels})
     frame.attrs["label_names"] = names
     return frame
@@ -168,14 +100,64 @@ def prepare_frame(
 
 def load_text_classification(source: str | os.PathLike, split: str = "train", *, text_column: str = "text",
                              label_column: str = "label", mirror: str | os.PathLike | None = None,
-                             size: int | None = None, seed: int = 0,
-                             label_names: Sequence[str] | None = None) -> pd.DataFrame:
+                             size: int | None = None, seed: int = 0, label_names: Sequence[str] | None = None,
+                             encoding: str | None = None, delimiter: str | None = None,
+                             keep_per_label: int | None = None) -> pd.DataFrame:
     """Load, validate and (optionally) hash-subsample one split, balanced per label (chapter 0).
 
-    `label_names`: encode with the training split's classes (for evaluation data, chapter A1).
+    `label_names`: encode with the training split's classes (for evaluation data, chapter A1). A file is
+    read in chunks when large, keeping per label only the rows a sample of `size` (or `keep_per_label`) can
+    pick; `encoding` and `delimiter` override what the reader would choose (chapter A1).
     """
-    frame = prepare_frame(read_split(source, split, mirror), text_column, label_column, label_names)
+    file = split_file(source, split)
+    if file is None and (encoding or delimiter):
+        raise ValueError(f"encoding= and delimiter= are for files; {source!r} is a dataset name")
+    if file is None:
+        frame = prepare_frame(read_split(source, split, mirror), text_column, label_column, label_names)
+    else:
+        frame = read_labelled(file, text_column, label_column, label_names, encoding=encoding,
+                              delimiter=delimiter, keep_per_label=keep_per_label or size, seed=seed)
     return frame if size is None else subsample(frame, size, seed=seed)
+
+
+def read_labelled(file: Path, text_column: str = "text", label_column: str = "label",
+                  label_names: Sequence[str] | None = None, *, encoding: str | None = None,
+                  delimiter: str | None = None, keep_per_label: int | None = None, seed: int = 0,
+                  chunk_rows: int | None = None) -> pd.DataFrame:
+    """A file's rows checked chunk by chunk; errors name the file and the rows (chapter A1).
+
+    With `keep_per_label`, only the rows with the smallest text hashes of each label are kept: every row a
+    balanced hash sample of at most that many rows per label can pick, whatever the chunking.
+    """
+    report, kept, columns = ReadReport(file, ""), [], None
+    for chunk in read_chunks(file, encoding, delimiter, chunk_rows, report):
+        with naming(file):
+            columns = columns or [find_column(chunk, text_column, "text_column"),
+                                  find_column(chunk, label_column, "label_column")]
+            checked_texts(chunk[columns[0]])
+            label_values(chunk[columns[1]])  # a missing or fractional label is an error here
+        part = chunk[columns]
+        if keep_per_label is not None:
+            part = part.assign(_key=[text_hash(t, seed) for t in part[columns[0]]],
+                               _class=part[columns[1]].astype(str).str.strip())
+            part = pd.concat(kept + [part]).sort_values(["_key", columns[0]], kind="stable")
+            kept = [part.groupby("_class", sort=False).head(keep_per_label)]
+        else:
+            kept.append(part)
+    print(report.line() + (f"; kept at most {keep_per_label} rows per label" if keep_per_label else ""))
+    with naming(file):
+        frame = prepare_frame(pd.concat(kept)[columns], *columns, label_names=label_names)
+    frame.attrs.update(read_report=report.line(), rows_read=report.rows)
+    return frame
+
+
+@contextmanager
+def naming(file: Path):
+    """Prefix a ValueError raised inside with the file's name (chapter A1)."""
+    try:
+        yield
+    except ValueError as error:
+        raise ValueError(f"{file.name}: {error}") from None
 
 
 def text_hash(text: str, seed: int = 0) -> str:

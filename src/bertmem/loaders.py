@@ -28,6 +28,10 @@ class DataConfig:
         "help": "file or dataset to evaluate on (default: the eval split, or rows held out of a file)"})
     text_column: str = field(default="text", metadata={"help": "column holding the texts"})
     label_column: str = field(default="label", metadata={"help": "column holding the labels"})
+    encoding: str | None = field(default=None, metadata={
+        "help": "a file's text encoding, e.g. cp1252 (default: from its byte-order mark, else UTF-8)"})
+    delimiter: str | None = field(default=None, metadata={
+        "help": "a delimited file's delimiter (default: tab for .tsv, else the one that splits the header)"})
     train_size: int | None = field(default=1000, metadata={
         "help": "training examples, or 'all'", "parse": parse_size})
     eval_size: int | None = field(default=500, metadata={
@@ -79,25 +83,30 @@ def load_frames(data: DataConfig):
     Evaluation labels are encoded with the training labels' ids; a label training never saw is an error here,
     before any model is loaded.
     """
-    kw = dict(text_column=data.text_column, label_column=data.label_column, seed=data.data_seed)
+    kw = dict(text_column=data.text_column, label_column=data.label_column, seed=data.data_seed,
+              encoding=data.encoding, delimiter=data.delimiter)
     if data.eval_dataset is not None or data.dataset in HUB_IDS:
         source = data.eval_dataset or data.dataset
         split = EVAL_SPLITS.get(source, "validation")  # a file ignores the split name
         train_frame = load_text_classification(data.dataset, "train", size=data.train_size, **kw)
+        eval_kw = kw if data.eval_dataset is not None else {**kw, "encoding": None, "delimiter": None}
         eval_frame = load_text_classification(source, split, size=data.eval_size,
-                                              label_names=train_frame.attrs["label_names"], **kw)
+                                              label_names=train_frame.attrs["label_names"], **eval_kw)
         return train_frame, eval_frame
-    everything = load_text_classification(data.dataset, "train", **kw)
-    held = data.eval_size or max(2, len(everything) // 5)
-    if held >= len(everything) - 1:
-        raise ValueError(f"{data.dataset} has {len(everything)} rows: too few to hold out {held} for evaluation; "
+    # held-out evaluation rows and training rows both come from the rows with the smallest hashes per label
+    keep = data.eval_size + data.train_size if data.eval_size and data.train_size else None
+    everything = load_text_classification(data.dataset, "train", keep_per_label=keep, **kw)
+    rows = everything.attrs.get("rows_read", len(everything))
+    held = data.eval_size or max(2, rows // 5)
+    if held >= rows - 1:
+        raise ValueError(f"{data.dataset} has {rows} rows: too few to hold out {held} for evaluation; "
                          "pass eval_dataset or a smaller eval_size")
     eval_frame = subsample(everything, held, seed=data.data_seed)
     rest = everything[~everything["text"].isin(set(eval_frame["text"]))].reset_index(drop=True)
     rest.attrs = dict(everything.attrs)
-    if data.train_size is not None and data.train_size > len(rest):
-        raise ValueError(f"train_size={data.train_size} but {data.dataset} has only {len(rest)} rows left after "
-                         f"holding out {held} for evaluation: ask for at most {len(rest)} (or 'all')")
+    if data.train_size is not None and data.train_size > rows - held:
+        raise ValueError(f"train_size={data.train_size} but {data.dataset} has only {rows - held} rows left after "
+                         f"holding out {held} for evaluation: ask for at most {rows - held} (or 'all')")
     train_frame = rest if data.train_size is None else subsample(rest, data.train_size, seed=data.data_seed)
     return train_frame, eval_frame
 

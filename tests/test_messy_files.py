@@ -1,0 +1,180 @@
+"""Own data as real files come: every messy file meets its promised outcome (chapter A1, `bertmem.messy`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from bertmem import files
+from bertmem.cli import main
+from bertmem.data import load_text_classification, read_labelled
+from bertmem.loaders import DataConfig, load_frames
+from bertmem.messy import MESSY_FILES, outcome_table, try_loading, write_corpus
+
+CORPUS = Path(__file__).parent / "data" / "messy"
+
+
+def test_the_committed_corpus_is_what_the_script_writes(tmp_path):
+    written = {p.name: p.read_bytes() for p in write_corpus(tmp_path)}
+    committed = {p.name: p.read_bytes() for p in CORPUS.iterdir() if p.name != "README.md"}
+    assert committed == written, "run scripts/make_messy_corpus.py"
+    assert (CORPUS / "README.md").read_text(encoding="utf-8").endswith(outcome_table())
+    assert len({m.name for m in MESSY_FILES}) >= 20 + 15  # encodings, delimiters, headers, labels, formats, ...
+
+
+@pytest.mark.parametrize("messy", MESSY_FILES, ids=lambda m: f"{m.name}-{'-'.join(m.options) or 'plain'}")
+def test_every_messy_file_meets_its_promise(messy, capsys):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the label-case warning has its own test
+        outcome = try_loading(messy, CORPUS)
+    if messy.refusal is not None:
+        assert outcome["result"] == "refused", outcome
+        assert messy.refusal in outcome["detail"]
+        assert messy.name in outcome["detail"], "a refusal names the file"
+        assert "\n" not in outcome["detail"] and len(outcome["detail"]) < 400
+        return
+    assert outcome["result"] == "loaded", outcome["detail"]
+    frame = outcome["frame"]
+    assert len(frame) == messy.rows and tuple(frame.attrs["label_names"]) == messy.classes
+    assert frame.attrs["rows_read"] == messy.rows  # nothing dropped beyond the reported empty rows
+    assert f"read {messy.name}: {messy.rows} rows" in capsys.readouterr().out
+
+
+def frame_of(name: str, **options) -> pd.DataFrame:
+    """One corpus file read the way `bertmem train` reads it."""
+    return read_labelled(CORPUS / name, **options)
+
+
+def test_texts_are_read_exactly_as_written():
+    assert frame_of("missing_words_as_text.csv")["text"].tolist() == ["NA", "null", "None", "N/A", "nan", "-"]
+    assert frame_of("numbers_as_text.csv")["text"].tolist() == ["5", "007", "1e3", "10/10", "3.50", "-1"]
+    assert frame_of("quoted_newlines.csv")["text"].tolist()[:5] == [
+        'He said "wow", twice.', "Line one\nline two", "a, b, c", "Tabs\tinside", "Carriage\r\nreturn"]
+    assert frame_of("windows_1252.csv", encoding="cp1252")["text"].iloc[0] == "Café society, très bien."
+    reference = frame_of("plain.csv")
+    for name in ("utf8_bom.csv", "excel_unicode.txt", "semicolon.csv", "tabs.tsv", "pipes.txt", "crlf.csv",
+                 "cr_only.csv", "records.json", "pandas_columns.json", "lines.jsonl", "json_lines.json",
+                 "categorical.parquet", "index_column.csv"):
+        pd.testing.assert_frame_equal(frame_of(name).reset_index(drop=True), reference.reset_index(drop=True))
+
+
+def test_what_the_reader_decided_is_reported(capsys):
+    frame_of("empty_rows.csv")
+    frame_of("semicolon.csv")
+    frame_of("utf8_bom.csv")
+    frame_of("header_spelling.csv", text_column="review")
+    frame_of("star_labels.csv")
+    out = capsys.readouterr().out
+    assert "read empty_rows.csv: 6 rows" in out and "3 empty rows skipped" in out
+    assert "delimiter ';'" in out and "utf-8-sig" in out
+    assert "text_column='review': using the column 'Review'" in out and "spaces around header names removed" in out
+    assert "integer labels mapped to ids: {1: 0, 2: 1, 3: 2, 4: 3, 5: 4, 10: 5}" in out
+
+
+def test_labels_that_differ_in_case_or_look_missing_warn(tmp_path):
+    with pytest.warns(UserWarning, match="differ only in case"):
+        frame_of("label_case.csv")
+    path = tmp_path / "na_label.csv"
+    path.write_text("text,label\na,pos\nb,NA\nc,neg\n")
+    with pytest.warns(UserWarning, match=r"labels \['NA'\] are kept as classes"):
+        read_labelled(path)
+
+
+def test_the_three_files_from_the_report():
+    """A text "NA" loads; two columns named text are refused; a Latin-1 file names its fix."""
+    assert "NA" in frame_of("missing_words_as_text.csv")["text"].tolist()
+    with pytest.raises(ValueError, match=r"duplicate_header.csv has 2 columns named 'text' \(columns \[1, 3\]\)"):
+        frame_of("duplicate_header.csv")
+    with pytest.raises(ValueError, match=r"windows_1252.csv is not utf-8 text: byte 0xe9 at offset 15.*"
+                                         r"encoding='cp1252' \(--encoding cp1252\)"):
+        frame_of("windows_1252.csv")
+
+
+def test_bertmem_train_takes_the_encoding_and_delimiter_flags(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", "--dataset", str(CORPUS / "windows_1252.csv"), "--output-dir", str(tmp_path)])
+    assert exit_info.value.code == 2 and "--encoding cp1252" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["train", "--dataset", str(CORPUS / "semicolon.csv"), "--delimiter", ",", "--output-dir",
+              str(tmp_path)])
+    assert "row 1 of semicolon.csv has 2 fields but the header has 1" in capsys.readouterr().err
+    frames = load_frames(DataConfig(dataset=str(CORPUS / "windows_1252.csv"), encoding="cp1252",
+                                    train_size=None, eval_size=2))
+    assert [len(f) for f in frames] == [4, 2]
+
+
+@pytest.mark.parametrize("chunk_rows", [1, 7, 500, None])
+def test_chunked_reading_picks_the_same_rows(chunk_rows):
+    whole = frame_of("large.csv")
+    chunked = frame_of("large.csv", chunk_rows=chunk_rows, keep_per_label=300, seed=3)
+    from bertmem.data import subsample
+
+    pd.testing.assert_frame_equal(subsample(chunked, 300, seed=3), subsample(whole, 300, seed=3))
+
+
+def test_a_file_too_large_to_read_at_once_is_read_in_chunks(monkeypatch, capsys):
+    config = DataConfig(dataset=str(CORPUS / "large.csv"), train_size=400, eval_size=200)
+    at_once = load_frames(config)
+    monkeypatch.setattr(files, "LARGE_FILE_BYTES", 10_000)  # large.csv is about 85 kB
+    monkeypatch.setattr(files, "CHUNK_ROWS", 250)
+    capsys.readouterr()
+    in_chunks = load_frames(config)
+    assert "in 12 chunks" in capsys.readouterr().out
+    for a, b in zip(at_once, in_chunks):
+        pd.testing.assert_frame_equal(a, b)
+
+
+def test_encoding_options_are_for_files_only():
+    with pytest.raises(ValueError, match="encoding= and delimiter= are for files"):
+        load_text_classification("sst2", "validation", encoding="cp1252")
+
+
+# A lone "\r" is left out: pandas' to_csv does not quote it, so the file it writes is ambiguous to any reader.
+PRINTABLE = st.characters(blacklist_categories=("Cs", "Cc"), blacklist_characters="\ufeff") | st.sampled_from(
+    list("\n\t,;|\"'"))
+TEXTS = st.text(PRINTABLE, min_size=1, max_size=40).filter(lambda t: t.strip() != "")
+# Class names as files hold them: words, or whole numbers written plainly (a file of numbers is read as numbers).
+LABELS = st.from_regex(r"[A-Za-z][A-Za-z0-9_-]{0,7}", fullmatch=True) | st.integers(-5, 50).map(str)
+
+
+def write(frame: pd.DataFrame, path: Path, encoding: str) -> None:
+    """Write a frame the way tools commonly do."""
+    suffix = path.suffix
+    if suffix in (".csv", ".tsv"):
+        frame.to_csv(path, index=False, sep="\t" if suffix == ".tsv" else ",", encoding=encoding)
+    elif suffix == ".jsonl":
+        path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in frame.to_dict("records")),
+                        encoding=encoding)
+    elif suffix == ".json":
+        path.write_text(frame.to_json(orient="records", force_ascii=False), encoding=encoding)
+    else:
+        frame.to_parquet(path)
+
+
+ROUND_TRIPS = int(os.environ.get("BERTMEM_ROUND_TRIPS", "60"))  # more for a longer search
+
+
+@settings(max_examples=ROUND_TRIPS, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(rows=st.lists(st.tuples(TEXTS, LABELS), min_size=2, max_size=12),
+       suffix=st.sampled_from([".csv", ".tsv", ".jsonl", ".json", ".parquet"]),
+       encoding=st.sampled_from(["utf-8", "utf-8-sig", "utf-16"]))
+def test_any_texts_and_labels_round_trip(tmp_path_factory, rows, suffix, encoding):
+    texts = [t for t, _ in rows]
+    labels = [label for _, label in rows]
+    if len(set(labels)) < 2:
+        labels[0] = labels[1] + "x"
+    path = tmp_path_factory.mktemp("round") / f"data{suffix}"
+    write(pd.DataFrame({"text": texts, "label": labels}), path, encoding)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        frame = read_labelled(path)
+    names = frame.attrs["label_names"]
+    assert frame["text"].tolist() == texts
+    assert [names[i] for i in frame["label"]] == labels
