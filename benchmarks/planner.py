@@ -1,4 +1,6 @@
-"""The planner against real CPU steps (activations and peak within 5 %), and its answers for three GPUs (ch. 5).
+"""The planner against real CPU steps (activations and peak within 5 %), against GPU memory that others measured
+and published (the allocator margin fitted on some rows, the rest held out), its answers for three GPUs, and the
+time model against published throughputs (chapters 1 and 5).
 
 Run: .venv/bin/python benchmarks/planner.py   (or `make bench-planner`)
 """
@@ -10,6 +12,8 @@ from bertmem.estimate import model_config
 from bertmem.models import classifier_from_config, load_classifier, tiny_bert_config
 from bertmem.planner import PlanRequest, parse_memory, plan_micro_batch, planner_vs_measured
 from bertmem.plots import markdown_table
+from bertmem.published import (SOURCES, comparison, fit_margin, published_rows, tensor_peak_mib,
+                               throughput_comparison)
 from bertmem.profile import MINILM_ID
 
 
@@ -52,8 +56,34 @@ def card_rows() -> list[dict]:
     return rows
 
 
+def published_sections() -> None:
+    """Every published row in its own terms; the margin refitted here must equal the planner's."""
+    from bertmem.planner import ALLOCATOR_MARGIN
+
+    rows = published_rows(("fit", "held-out", "check", "other-framework"))
+    peaks = {row: tensor_peak_mib(row) for row in rows}
+    margin = fit_margin([(row, peaks[row]) for row in rows if row.role == "fit"])
+    table = comparison(rows, margin, peaks)
+    print(f"\n## Against published GPU measurements: allocator margin fitted on the fit rows = {margin:.3f} "
+          f"(the planner uses {ALLOCATOR_MARGIN:.3f})\n")
+    print(markdown_table([r for r in table if r["role"] != "other-framework"], floatfmt=".0f"))
+    ratios = [float(r["planner / published"]) for r in table if r["role"] in ("fit", "held-out")]
+    print(f"\nratios {min(ratios):.2f} to {max(ratios):.2f}; checks that disagree: "
+          f"{[r['step'] for r in table if r['role'] == 'check' and r['planner / published'] != 'agrees']}")
+    print("\n## TensorFlow rows (another framework's memory: shown, not a target)\n")
+    print(markdown_table([r for r in table if r["role"] == "other-framework"], floatfmt=".0f"))
+    excluded = published_rows(("excluded",))
+    print(f"\n{len(excluded)} rows left out, each with its reason in recorded/published_gpu_memory.csv: "
+          + "; ".join(sorted({f"{r.source}: {r.note}" for r in excluded})))
+    print("\n## The time model (6 · parameters · tokens at 30 % of the datasheet peak) against published "
+          "throughputs\n")
+    print(markdown_table(throughput_comparison(), floatfmt=".2f"))
+    print("\nSources:\n" + "\n".join(f"- {key}: {title}, {url}" for key, (title, url) in SOURCES.items()))
+
+
 if __name__ == "__main__":
     print("## Planner vs a real CPU step (steady state, AdamW; CPU kernels)\n")
     print(markdown_table(validation_rows(), floatfmt=".1f"))
     print("\n## bert-base-uncased, 512 tokens, effective batch 32, SDPA (estimated for CUDA kernels)\n")
     print(markdown_table(card_rows(), floatfmt=".2f"))
+    published_sections()

@@ -101,3 +101,10 @@ def test_accumulation_scales_every_micro_batch_and_unscales_once_per_step(t4_pre
                    run=QUIET)
     assert len(result.history) == 2 and all("grad_norm" in r for r in result.history)
     assert calls == {"scale": 8, "unscale_": 2, "step": 2}
+
+
+def test_the_resume_test_fails_when_the_scaler_state_is_not_restored(t4_precision, monkeypatch, tmp_path):
+    """The resume test above can fail: without the scaler's saved state the resumed run diverges."""
+    monkeypatch.setattr(torch.amp.GradScaler, "load_state_dict", lambda self, state: None)
+    with pytest.raises(AssertionError):
+        test_resume_restores_the_scaler_as_an_uninterrupted_run_has_it(None, monkeypatch, tmp_path)

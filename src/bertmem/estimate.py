@@ -236,9 +236,13 @@ def estimated_rows(model: str = "bert-base-uncased", seq_len: int = 512, effecti
         rows.append({"variant": variant, "micro-batch": batch, "attention": attention, "precision": precision,
                      "activations (GiB)": r.activations / GIB, "estimated peak (GiB)": r.step_peak / GIB,
                      "peak during": r.peak_phase, "sum of categories (GiB)": r.total / GIB})
+    from .planner import CARD_MEMORY, PlanRequest
+
     base = rows[0]["estimated peak (GiB)"]
+    needs = PlanRequest()  # what the planner adds: allocator margin and CUDA context
     for row in rows:
         row["peak ratio"] = row["estimated peak (GiB)"] / base
-        for card in (16, 24):  # leave ~1 GiB for the CUDA context and allocator slack
-            row[f"fits {card} GB"] = "yes" if row["estimated peak (GiB)"] + 1 <= card * 1e9 / GIB else "no"
+        for card, name in ((16, "t4"), (24, "l4")):  # the memory a T4 and an L4 report
+            needed = needs.needed_bytes(int(row["estimated peak (GiB)"] * GIB))
+            row[f"fits {card} GB"] = "yes" if needed <= CARD_MEMORY[name] else "no"
     return rows
