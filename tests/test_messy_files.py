@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from bertmem import files
 from bertmem.cli import main
-from bertmem.data import load_text_classification, read_labelled
+from bertmem.data import load_text_classification, read_labelled, subsample, text_hash
 from bertmem.loaders import DataConfig, load_frames
 from bertmem.messy import MESSY_FILES, outcome_table, try_loading, write_corpus
 
@@ -26,7 +26,7 @@ def test_the_committed_corpus_is_what_the_script_writes(tmp_path):
     committed = {p.name: p.read_bytes() for p in CORPUS.iterdir() if p.name != "README.md"}
     assert committed == written, "run scripts/make_messy_corpus.py"
     assert (CORPUS / "README.md").read_text(encoding="utf-8").endswith(outcome_table())
-    assert len({m.name for m in MESSY_FILES}) >= 20 + 15  # encodings, delimiters, headers, labels, formats, ...
+    assert len({m.name for m in MESSY_FILES}) >= 40  # encodings, delimiters, headers, labels, formats, sizes
 
 
 @pytest.mark.parametrize("messy", MESSY_FILES, ids=lambda m: f"{m.name}-{'-'.join(m.options) or 'plain'}")
@@ -76,6 +76,59 @@ def test_what_the_reader_decided_is_reported(capsys):
     assert "delimiter ';'" in out and "utf-8-sig" in out
     assert "text_column='review': using the column 'Review'" in out and "spaces around header names removed" in out
     assert "integer labels mapped to ids: {1: 0, 2: 1, 3: 2, 4: 3, 5: 4, 10: 5}" in out
+    frame_of("label_codes.csv")
+    frame_of("float_labels.csv")
+    frame_of("trailing_delimiters.csv")
+    out = capsys.readouterr().out
+    assert "labels read as whole numbers: '01' → 1, '02' → 2" in out
+    assert "labels read as whole numbers: '0.0' → 0, '1.0' → 1" in out
+    assert "columns ['text', 'label', 'unnamed 3', 'unnamed 4']" in out and "called 'unnamed N'" in out
+
+
+def test_labels_keep_their_exact_values():
+    frame = frame_of("big_integer_labels.csv")
+    assert frame.attrs["label_names"] == ["12345678901234567890", "12345678901234567891"]
+    assert frame["label"].tolist() == [0, 1, 0, 1, 0, 1]
+
+
+def test_evaluation_labels_spelled_as_in_training_keep_their_ids(tmp_path):
+    train = tmp_path / "train.csv"
+    train.write_text("text,label\na,01\nb,02\nc,x\n")
+    evaluation = tmp_path / "eval.csv"
+    evaluation.write_text("text,label\nd,02\ne,01\n")
+    names = read_labelled(train).attrs["label_names"]
+    assert names == ["01", "02", "x"]  # not all numbers: strings, as written
+    assert read_labelled(evaluation, label_names=names)["label"].tolist() == [1, 0]
+
+
+def test_chunks_decide_numbers_or_strings_from_every_label(tmp_path):
+    path = tmp_path / "mixed.csv"
+    path.write_text("text,label\na,0.5\nb,1\nc,pos\nd,neg\n")
+    whole = read_labelled(path)
+    assert whole.attrs["label_names"] == ["0.5", "1", "neg", "pos"]
+    for chunk_rows in (1, 2, 3):
+        chunked = read_labelled(path, chunk_rows=chunk_rows)
+        assert chunked.attrs["label_names"] == whole.attrs["label_names"]
+
+
+def test_the_held_out_split_survives_repeated_texts(tmp_path):
+    """Copies of one text count once when rows are kept per label: holding out its copies still leaves enough."""
+    distinct = [f"positive {i}" for i in range(25)]
+    smallest = min(text_hash(t) for t in distinct)
+    repeated = next(t for t in (f"again {j}" for j in range(10_000)) if text_hash(t) < smallest)  # picked first
+    rows = [(repeated, "pos")] * 100 + [(t, "pos") for t in distinct] + [(f"negative {i}", "neg") for i in range(200)]
+    path = tmp_path / "repeats.csv"
+    pd.DataFrame(rows, columns=["text", "label"]).to_csv(path, index=False)
+    train, evaluation = load_frames(DataConfig(dataset=str(path), train_size=40, eval_size=20))
+    assert len(train) == 40 and len(evaluation) == 20 and repeated in set(evaluation["text"])
+    assert sorted(train["label"].value_counts()) == [20, 20], "both classes train, balanced"
+    assert not set(train["text"]) & set(evaluation["text"])
+
+
+def test_a_delimiter_must_be_one_character_and_tab_has_a_name(tmp_path):
+    assert len(frame_of("tabs.tsv", delimiter="tab")) == 6
+    with pytest.raises(ValueError, match="one character"):
+        frame_of("plain.csv", delimiter=",,")
 
 
 def test_labels_that_differ_in_case_or_look_missing_warn(tmp_path):
@@ -111,11 +164,9 @@ def test_bertmem_train_takes_the_encoding_and_delimiter_flags(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("chunk_rows", [1, 7, 500, None])
-def test_chunked_reading_picks_the_same_rows(chunk_rows):
-    whole = frame_of("large.csv")
+def test_chunked_reading_picks_the_same_rows_as_reading_everything(chunk_rows):
+    whole = frame_of("large.csv")  # every row, no keep_per_label: the reference
     chunked = frame_of("large.csv", chunk_rows=chunk_rows, keep_per_label=300, seed=3)
-    from bertmem.data import subsample
-
     pd.testing.assert_frame_equal(subsample(chunked, 300, seed=3), subsample(whole, 300, seed=3))
 
 
@@ -178,3 +229,11 @@ def test_any_texts_and_labels_round_trip(tmp_path_factory, rows, suffix, encodin
     names = frame.attrs["label_names"]
     assert frame["text"].tolist() == texts
     assert [names[i] for i in frame["label"]] == labels
+
+
+def test_holding_out_every_text_of_a_class_is_an_error_not_a_silent_loss(tmp_path):
+    path = tmp_path / "one_text.csv"
+    pd.DataFrame([("the only positive review", "pos")] * 10 + [(f"negative {i}", "neg") for i in range(50)],
+                 columns=["text", "label"]).to_csv(path, index=False)
+    with pytest.raises(ValueError, match=r"no training rows of class\(es\) \['pos'\]"):
+        load_frames(DataConfig(dataset=str(path), train_size=None, eval_size=None))

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from bertmem.planner import ALLOCATOR_MARGIN, CUDA_CONTEXT_BYTES
+from bertmem.planner import ALLOCATOR_MARGIN
 from bertmem.published import (CONTEXT_MIB, ROLES, SOURCES, comparison, fit_margin, planner_mib, published_rows,
                                published_throughput, tensor_peak_mib, throughput_comparison, verdict)
 
@@ -21,10 +21,6 @@ def test_the_reference_table_is_broad_and_every_row_is_sourced():
     assert all(row.note for row in rows if row.role == "excluded"), "an excluded row says why"
     assert Counter(row.role for row in rows)["held-out"] >= 3
     assert {row["source"] for row in published_throughput()} <= set(SOURCES)
-
-
-def test_the_planners_context_is_the_published_lazy_loading_one():
-    assert CUDA_CONTEXT_BYTES == CONTEXT_MIB["lazy"] * 2**20
 
 
 def test_fit_margin_recovers_a_known_margin():

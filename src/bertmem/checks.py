@@ -6,15 +6,14 @@ spelling is printed, and rows without text or label are an error that names them
 
 from __future__ import annotations
 
-import re
 import warnings
+from decimal import Decimal, InvalidOperation
 from typing import Sequence
 
 import numpy as np
 import pandas as pd
 
 MISSING_WORDS = frozenset({"na", "n/a", "nan", "null", "none", "nil", "missing", "?", "-"})
-NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
 
 
 def some_rows(mask: pd.Series) -> str:
@@ -53,25 +52,47 @@ def checked_texts(texts: pd.Series) -> pd.Series:
     return texts
 
 
-def label_values(labels: pd.Series) -> pd.Series:
-    """Labels as whole numbers where every one is (1, "1", 1.0), else as stripped strings (chapter A1)."""
-    missing = labels.isna()
+def check_labels_present(labels: pd.Series) -> None:
+    """Refuse rows without a label (empty, or only spaces), naming them (chapter A1)."""
+    missing = labels.isna() | (labels.astype(str).str.strip() == "")
     if missing.any():
         raise ValueError(f"no label in {some_rows(missing)}: drop or fill them first")
+
+
+def as_number(value: object) -> Decimal | None:
+    """The exact number a label writes (1, "01", 1.0, "1e3", 0.5), else None (text, booleans, NaN)."""
+    if isinstance(value, bool):
+        return None
+    try:
+        number = Decimal(str(value).strip())
+    except InvalidOperation:
+        return None
+    return number if number.is_finite() else None
+
+
+def label_values(labels: pd.Series) -> pd.Series:
+    """Labels as exact whole numbers where every one is a number, else as stripped strings (chapter A1).
+
+    A renaming this makes ("01" and "1.0" both read as 1) is printed, so nothing changes without a word;
+    numbers with a fractional part are scores, not classes, and refused.
+    """
+    check_labels_present(labels)
     if isinstance(labels.dtype, pd.CategoricalDtype):
         labels = labels.astype(object)
-    if pd.api.types.is_float_dtype(labels):
-        fractional = labels != labels.round()
-        if fractional.any():
-            raise ValueError(f"fractional labels ({labels[fractional].iloc[0]}) in {some_rows(fractional)}: "
-                             "labels must be classes; bin scores into classes first")
-        return labels.astype(np.int64)
-    if pd.api.types.is_integer_dtype(labels):
-        return labels.astype(np.int64)
     text = labels.astype(str).str.strip()  # "pos " and "pos" are one class
-    if text.map(lambda t: NUMBER.fullmatch(t) is not None).all():
-        return label_values(text.astype(float))  # numbers written as text: "1", "1.0", "0.5"
-    return text
+    numbers = labels.map(as_number)
+    if numbers.isna().any():
+        return text
+    fractional = numbers.map(lambda n: n != n.to_integral_value())
+    if fractional.any():
+        raise ValueError(f"fractional labels ({labels[fractional].iloc[0]}) in {some_rows(fractional)}: labels "
+                         "must be classes; bin scores into classes first")
+    whole = numbers.map(int)
+    renamed = sorted({(t, n) for t, n in zip(text, whole) if t != str(n)})
+    if renamed:
+        print(f"labels read as whole numbers: {', '.join(f'{t!r} → {n}' for t, n in renamed[:8])}"
+              + (" …" if len(renamed) > 8 else ""))
+    return whole.astype(object)
 
 
 def normalize_labels(labels: pd.Series, label_names: Sequence[str] | None = None) -> tuple[np.ndarray, list[str]]:
@@ -83,12 +104,12 @@ def normalize_labels(labels: pd.Series, label_names: Sequence[str] | None = None
     if label_names is not None:
         return encode_with_names(labels, list(label_names)), list(label_names)
     values = label_values(labels)
-    classes = sorted(values.unique().tolist())
+    classes = sorted(set(values.tolist()))
     names = [str(c) for c in classes]
     if len(names) < 2:
         raise ValueError(f"only one class ({names}) in the labels: a classifier needs at least two")
     mapping = {c: i for i, c in enumerate(classes)}
-    if pd.api.types.is_integer_dtype(values):
+    if all(isinstance(c, int) for c in classes):
         if classes != list(range(len(classes))):
             print(f"integer labels mapped to ids: {mapping}")
     else:
@@ -114,8 +135,10 @@ def warn_label_spellings(names: Sequence[str]) -> None:
 
 def encode_with_names(labels: pd.Series, names: list[str]) -> np.ndarray:
     """Encode labels with a given id mapping (the training split's); unseen labels are an error (chapter A1)."""
-    as_text = label_values(labels).astype(str)
     mapping = {name: i for i, name in enumerate(names)}
+    as_text = labels.astype(str).str.strip()
+    if not set(as_text) <= set(mapping):  # spelled otherwise ("1.0" for "1"): compare as the training labels read
+        as_text = label_values(labels).astype(str)
     unseen = sorted(set(as_text) - set(mapping))
     if unseen:
         raise ValueError(f"evaluation labels {unseen[:10]} never occur in the training data (classes: {names}): "

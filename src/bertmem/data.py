@@ -6,7 +6,7 @@ import hashlib
 import os
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 import pandas as pd
@@ -15,7 +15,8 @@ from torch.utils.data import DataLoader, Dataset
 
 from .hub import EVAL_SPLITS, HUB_COLUMNS, HUB_IDS, MIRROR_ENV, hub_frame, load_hub  # noqa: F401  (re-exported: the names users import from here)
 
-from .checks import checked_texts, encode_with_names, find_column, label_values, normalize_labels  # noqa: F401  (re-exported)
+from .checks import (check_labels_present, checked_texts, encode_with_names, find_column, label_values,  # noqa: F401
+                     normalize_labels)  # noqa: F401  (re-exported)
 from .files import SUFFIXES, ReadReport, read_chunks, read_table
 
 
@@ -135,13 +136,15 @@ def read_labelled(file: Path, text_column: str = "text", label_column: str = "la
             columns = columns or [find_column(chunk, text_column, "text_column"),
                                   find_column(chunk, label_column, "label_column")]
             checked_texts(chunk[columns[0]])
-            label_values(chunk[columns[1]])  # a missing or fractional label is an error here
+            check_labels_present(chunk[columns[1]])  # numbers or strings: decided once, from every label
         part = chunk[columns]
         if keep_per_label is not None:
             part = part.assign(_key=[text_hash(t, seed) for t in part[columns[0]]],
                                _class=part[columns[1]].astype(str).str.strip())
             part = pd.concat(kept + [part]).sort_values(["_key", columns[0]], kind="stable")
-            kept = [part.groupby("_class", sort=False).head(keep_per_label)]
+            # every copy of the `keep_per_label` smallest distinct texts: a held-out split drops copies
+            rank = part.groupby("_class", sort=False)["_key"].rank(method="dense")
+            kept = [part[rank <= keep_per_label]]
         else:
             kept.append(part)
     print(report.line() + (f"; kept at most {keep_per_label} rows per label" if keep_per_label else ""))
@@ -152,7 +155,7 @@ def read_labelled(file: Path, text_column: str = "text", label_column: str = "la
 
 
 @contextmanager
-def naming(file: Path):
+def naming(file: Path) -> Iterator[None]:
     """Prefix a ValueError raised inside with the file's name (chapter A1)."""
     try:
         yield

@@ -18,6 +18,8 @@ from typing import Iterator
 
 import pandas as pd
 
+from .json_files import json_records, jsonl_chunks, loads_strict, records_frame
+
 DELIMITED = (".csv", ".tsv", ".txt")
 SUFFIXES = DELIMITED + (".json", ".jsonl", ".parquet")
 SPREADSHEETS = (".xlsx", ".xlsm", ".xls", ".ods", ".numbers")
@@ -66,7 +68,12 @@ def file_encoding(path: Path, encoding: str | None) -> str:
     with path.open("rb") as handle:
         head = handle.read(4096)
     for mark, name in BYTE_ORDER_MARKS:
-        if head.startswith(mark):
+        if head.startswith(mark):  # unambiguous: it wins over encoding=, and the report says which was used
+            try:
+                check_decodes(path, name)
+            except ValueError as error:
+                raise ValueError(f"{str(error).split(': byte')[0]}, although it starts with a {name} byte-order "
+                                 "mark: the file mixes encodings; open it and save it again as UTF-8") from None
             return name
     if encoding is None and b"\x00" in head:
         raise ValueError(f"{path.name} looks like UTF-16 text without a byte-order mark (it has zero bytes): "
@@ -109,6 +116,9 @@ def header_fields(path: Path, encoding: str, delimiter: str) -> list[str]:
 def choose_delimiter(path: Path, encoding: str, delimiter: str | None) -> str:
     """The given delimiter, tab for .tsv, else the one candidate that splits the header (chapter A1)."""
     if delimiter is not None:
+        delimiter = {"tab": "\t", "\\t": "\t"}.get(delimiter, delimiter)
+        if len(delimiter) != 1:
+            raise ValueError(f"delimiter must be one character, got {delimiter!r}: for a tab pass 'tab'")
         return delimiter
     if path.suffix.lower() == ".tsv":
         return "\t"
@@ -121,7 +131,8 @@ def choose_delimiter(path: Path, encoding: str, delimiter: str | None) -> str:
 
 def check_header(path: Path, names: list[str]) -> list[str]:
     """Header names stripped of spaces; two columns with one name are refused, not renamed (chapter A1)."""
-    stripped = [name.strip().lstrip("\ufeff") for name in names]
+    stripped = [name.strip().lstrip("\ufeff") or f"unnamed {position}"  # Excel's trailing delimiters
+                for position, name in enumerate(names, start=1)]
     seen: dict[str, list[int]] = {}
     for position, name in enumerate(stripped, start=1):
         if name:
@@ -138,23 +149,29 @@ def delimited_chunks(path: Path, report: ReadReport, chunk_rows: int | None) -> 
     """A delimited file as frames of text values; a row with too many fields is an error (chapter A1)."""
     written = header_fields(path, report.encoding, report.delimiter)
     if not written:
-        raise ValueError(f"{path.name} is empty: it has no header row")
+        raise ValueError(f"the first line of {path.name} is blank: the header must be the first line (delete the "
+                         "blank lines above it)")
     names = check_header(path, written)
-    if names != written:
+    if any(name.strip() != name for name in written):
         report.notes.append("spaces around header names removed")
+    if any(not name.strip() for name in written):
+        report.notes.append("columns without a header name called 'unnamed N' (N: their position)")
     report.columns = names
     options = dict(sep=report.delimiter, encoding=report.encoding, dtype=str, keep_default_na=False,
                    na_values=[""], skip_blank_lines=False, index_col=False, header=0, names=names)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", pd.errors.ParserWarning)  # pandas would drop the extra fields
-        try:
-            if chunk_rows is None:
-                yield pd.read_csv(path, **options)
-            else:
-                with pd.read_csv(path, chunksize=chunk_rows, **options) as reader:
-                    yield from reader
-        except (pd.errors.ParserWarning, pd.errors.ParserError):
-            raise ValueError(field_count_problem(path, report, len(names))) from None
+    reader = pd.read_csv(path, chunksize=chunk_rows, **options) if chunk_rows else None
+    while True:
+        with warnings.catch_warnings():  # not held across the yield: the caller's warnings stay theirs
+            warnings.simplefilter("error", pd.errors.ParserWarning)  # pandas would drop the extra fields
+            try:
+                chunk = next(reader, None) if reader is not None else pd.read_csv(path, **options)
+            except (pd.errors.ParserWarning, pd.errors.ParserError):
+                raise ValueError(field_count_problem(path, report, len(names))) from None
+        if chunk is None:
+            return
+        yield chunk
+        if reader is None:
+            return
 
 
 def field_count_problem(path: Path, report: ReadReport, expected: int) -> str:
@@ -165,60 +182,9 @@ def field_count_problem(path: Path, report: ReadReport, expected: int) -> str:
                 return (f"row {number - 1} of {path.name} has {len(row)} fields but the header has {expected}: "
                         f"a text containing {report.delimiter!r} must be in double quotes (re-export the file "
                         "with quoting), or the file uses another delimiter (pass delimiter=, --delimiter)")
-    return f"{path.name} could not be parsed with delimiter {report.delimiter!r}: pass delimiter= (--delimiter)"
-
-
-def json_records(data: object, path: Path) -> list:
-    """The records of a .json file: a list of objects, or an object of columns (lists, or pandas' dicts) (ch. A1)."""
-    if isinstance(data, dict):
-        lists = {key: value for key, value in data.items() if isinstance(value, list)}
-        nested = [key for key, value in lists.items() if any(isinstance(item, dict) for item in value)]
-        if len(nested) == 1:
-            key = nested[0]
-            raise ValueError(f"{path.name} keeps its records under the key {key!r}: write the list itself as the "
-                             f"file (json.dump(data[{key!r}], f)), or one object per line as .jsonl")
-        if lists and len(lists) == len(data) and len({len(v) for v in lists.values()}) == 1:
-            return [dict(zip(lists, values)) for values in zip(*lists.values())]  # columns -> records
-        inner = [value for value in data.values() if isinstance(value, dict)]
-        if data and len(inner) == len(data) and len({tuple(value) for value in inner}) == 1:
-            return [{column: data[column][row] for column in data} for row in inner[0]]  # pandas' to_json()
-        return [data]
-    if not isinstance(data, list):
-        raise ValueError(f"{path.name} holds a single {type(data).__name__}, not records: write a list of objects")
-    return data
-
-
-def records_frame(records: list, first: int, path: Path, numbers: list[int] | None = None) -> pd.DataFrame:
-    """Records (dicts) as a frame numbered from `first` (or by line); anything else is an error (chapter A1)."""
-    for place, record in enumerate(records):
-        if not isinstance(record, dict):
-            where = numbers[place] if numbers else first + place
-            raise ValueError(f"record {where} of {path.name} is a {type(record).__name__}, not an object: "
-                             "every record needs the text and label fields")
-    frame = pd.DataFrame.from_records(records) if records else pd.DataFrame()
-    frame.index = numbers if numbers is not None else range(first, first + len(records))
-    return frame
-
-
-def jsonl_chunks(path: Path, report: ReadReport, chunk_rows: int | None) -> Iterator[pd.DataFrame]:
-    """JSON lines in chunks, rows numbered by line; a bad line is an error with its number (chapter A1)."""
-    records, numbers = [], []
-    with path.open(encoding=report.encoding) as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                report.empty_rows += 1
-                continue
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError as error:
-                raise ValueError(f"line {number} of {path.name} is not valid JSON ({error.msg}): fix or delete "
-                                 "that line") from None
-            numbers.append(number)
-            if chunk_rows is not None and len(records) == chunk_rows:
-                yield records_frame(records, 0, path, numbers)
-                records, numbers = [], []
-    if records or report.chunks == 0:
-        yield records_frame(records, 0, path, numbers)
+    return (f"{path.name} could not be parsed with delimiter {report.delimiter!r}: a double quote that is never "
+            "closed swallows the rest of the file (check the quotes), or the file uses another delimiter "
+            "(pass delimiter=, --delimiter)")
 
 
 def parquet_chunks(path: Path, chunk_rows: int | None) -> Iterator[pd.DataFrame]:
@@ -254,7 +220,7 @@ def raw_chunks(path: Path, report: ReadReport, chunk_rows: int | None) -> Iterat
         yield from jsonl_chunks(path, report, chunk_rows)
     else:
         try:
-            data = json.loads(path.read_text(encoding=report.encoding))
+            data = loads_strict(path.read_text(encoding=report.encoding), path.name)
         except json.JSONDecodeError as error:
             if error.msg != "Extra data":
                 raise ValueError(f"{path.name} is not valid JSON ({error})") from None

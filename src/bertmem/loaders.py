@@ -13,8 +13,8 @@ from typing import NamedTuple
 
 from torch.utils.data import DataLoader
 
-from .data import (EVAL_SPLITS, HUB_IDS, TRUNCATIONS, load_text_classification, make_loader, subsample,
-                   tokenize_frame)
+from .data import (EVAL_SPLITS, HUB_IDS, TRUNCATIONS, load_text_classification, make_loader, split_file,
+                   subsample, tokenize_frame)
 from .profile import Profile, check_subset_sizes, parse_size
 
 
@@ -77,7 +77,7 @@ class Loaders(NamedTuple):
     eval: DataLoader
 
 
-def load_frames(data: DataConfig):
+def load_frames(data: DataConfig) -> tuple:
     """Train and eval frames: named dataset splits, or a file with an eval file or rows held out (chapter A1).
 
     Evaluation labels are encoded with the training labels' ids; a label training never saw is an error here,
@@ -89,7 +89,8 @@ def load_frames(data: DataConfig):
         source = data.eval_dataset or data.dataset
         split = EVAL_SPLITS.get(source, "validation")  # a file ignores the split name
         train_frame = load_text_classification(data.dataset, "train", size=data.train_size, **kw)
-        eval_kw = kw if data.eval_dataset is not None else {**kw, "encoding": None, "delimiter": None}
+        eval_is_file = split_file(source, split) is not None  # encoding= and delimiter= are for files only
+        eval_kw = kw if eval_is_file else {**kw, "encoding": None, "delimiter": None}
         eval_frame = load_text_classification(source, split, size=data.eval_size,
                                               label_names=train_frame.attrs["label_names"], **eval_kw)
         return train_frame, eval_frame
@@ -104,6 +105,11 @@ def load_frames(data: DataConfig):
     eval_frame = subsample(everything, held, seed=data.data_seed)
     rest = everything[~everything["text"].isin(set(eval_frame["text"]))].reset_index(drop=True)
     rest.attrs = dict(everything.attrs)
+    lost = sorted(set(everything["label"]) - set(rest["label"]))
+    if lost:  # every row of these classes repeats a held-out text: training would silently miss them
+        names = [everything.attrs["label_names"][i] for i in lost]
+        raise ValueError(f"holding out {held} rows for evaluation leaves no training rows of class(es) {names} "
+                         "(their texts all repeat held-out ones): pass eval_dataset, or deduplicate the file")
     if data.train_size is not None and data.train_size > rows - held:
         raise ValueError(f"train_size={data.train_size} but {data.dataset} has only {rows - held} rows left after "
                          f"holding out {held} for evaluation: ask for at most {rows - held} (or 'all')")

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .precision import PRECISIONS
+from .published import CONTEXT_MIB
 
 GIB = 1024**3
 # What a CUDA process holds beyond the step's tensors, held against memory others measured on GPUs
@@ -19,8 +20,9 @@ GIB = 1024**3
 # lazy kernel loading, PyTorch's default since 1.13 (nvidia-smi, PyTorch 2.10 / CUDA 13; published.CONTEXT_MIB).
 # The caching allocator's rounding and fragmentation, workspaces and whatever else the estimate misses, as a
 # share of the estimated peak: fitted to published nvidia-smi readings of training runs (fit rows; the held-out
-# rows and the checks are printed by `make bench-planner`). Both are parameters: pass what your card measures.
-CUDA_CONTEXT_BYTES = 426 * 2**20
+# rows and the checks are printed by `make bench-planner`). The fit rows are bert-large at 512 tokens on a V100
+# with PyTorch 1.x; none tests a large activation load on a T4. Both are parameters: pass what your card measures.
+CUDA_CONTEXT_BYTES = CONTEXT_MIB["lazy"] * 2**20
 ALLOCATOR_MARGIN = 0.115  # fraction of the estimated peak (published.fit_margin on the fit rows)
 OPTIMIZERS = ("adamw", "adamw8bit", "adafactor", "sgd", "none")
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,

@@ -59,7 +59,7 @@ class PublishedRow:
     gradient_checkpointing: bool
     attention: str
     grads_kept: bool  # zero_grad() zeroed gradients in place (PyTorch < 2.0): they stay allocated between steps
-    cuda_modules: str  # "eager" or "lazy" kernel loading: which CUDA context
+    cuda_modules: str  # "eager" or "lazy" kernel loading: which CUDA context (blank: before lazy loading)
     measured: str  # allocated_peak, process_used, process_used_upper, fits, oom
     value_mib: float | None
     role: str
@@ -86,7 +86,7 @@ def published_rows(roles: Iterable[str] = ROLES) -> list[PublishedRow]:
             framework=raw["framework"], model=raw["model"], batch=int(raw["batch"]), seq_len=int(raw["seq_len"]),
             precision=raw["precision"], optimizer=raw["optimizer"],
             gradient_checkpointing=raw["gradient_checkpointing"] == "yes", attention=raw["attention"],
-            grads_kept=raw["grads_kept"] == "yes", cuda_modules=raw["cuda_modules"] or "lazy",
+            grads_kept=raw["grads_kept"] == "yes", cuda_modules=raw["cuda_modules"] or "eager",
             measured=raw["measured"], value_mib=float(raw["value_mib"]) if raw["value_mib"] else None,
             role=raw["role"], note=raw["note"]))
     return rows
