@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import shutil
+import tempfile
 import warnings
 from pathlib import Path
 
@@ -21,15 +24,26 @@ from bertmem.messy import MESSY_FILES, outcome_table, try_loading, write_corpus
 CORPUS = Path(__file__).parent / "data" / "messy"
 
 
-def content(path: Path) -> object:
-    """A corpus file's bytes; a Parquet file's table (its bytes name the pyarrow version that wrote it)."""
-    return pd.read_parquet(path).to_dict("list") if path.suffix == ".parquet" else path.read_bytes()
+UNTRACKED = (".parquet",)  # binary data stays out of the repository: written when the tests run
+
+
+@functools.cache
+def corpus() -> Path:
+    """The committed corpus plus the untracked binary files, written once per test run."""
+    folder = Path(tempfile.mkdtemp(prefix="messy-"))
+    for path in CORPUS.iterdir():
+        shutil.copy(path, folder)
+    for messy in MESSY_FILES:
+        if Path(messy.name).suffix in UNTRACKED:
+            (folder / messy.name).write_bytes(messy.content())
+    return folder
 
 
 def test_the_committed_corpus_is_what_the_script_writes(tmp_path):
-    written = {p.name: content(p) for p in write_corpus(tmp_path)}
-    committed = {p.name: content(p) for p in CORPUS.iterdir() if p.name != "README.md"}
+    written = {p.name: p.read_bytes() for p in write_corpus(tmp_path) if p.suffix not in UNTRACKED}
+    committed = {p.name: p.read_bytes() for p in CORPUS.iterdir() if p.name != "README.md"}
     assert committed == written, "run scripts/make_messy_corpus.py"
+    assert not [p for p in CORPUS.iterdir() if p.suffix in UNTRACKED]
     assert (CORPUS / "README.md").read_text(encoding="utf-8").endswith(outcome_table())
     assert len({m.name for m in MESSY_FILES}) >= 40  # encodings, delimiters, headers, labels, formats, sizes
 
@@ -38,7 +52,7 @@ def test_the_committed_corpus_is_what_the_script_writes(tmp_path):
 def test_every_messy_file_meets_its_promise(messy, capsys):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the label-case warning has its own test
-        outcome = try_loading(messy, CORPUS)
+        outcome = try_loading(messy, corpus())
     if messy.refusal is not None:
         assert outcome["result"] == "refused", outcome
         assert messy.refusal in outcome["detail"]
@@ -54,7 +68,7 @@ def test_every_messy_file_meets_its_promise(messy, capsys):
 
 def frame_of(name: str, **options) -> pd.DataFrame:
     """One corpus file read the way `bertmem train` reads it."""
-    return read_labelled(CORPUS / name, **options)
+    return read_labelled(corpus() / name, **options)
 
 
 def test_texts_are_read_exactly_as_written():
@@ -157,13 +171,13 @@ def test_the_three_files_from_the_report():
 
 def test_bertmem_train_takes_the_encoding_and_delimiter_flags(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
-        main(["train", "--dataset", str(CORPUS / "windows_1252.csv"), "--output-dir", str(tmp_path)])
+        main(["train", "--dataset", str(corpus() / "windows_1252.csv"), "--output-dir", str(tmp_path)])
     assert exit_info.value.code == 2 and "--encoding cp1252" in capsys.readouterr().err
     with pytest.raises(SystemExit):
-        main(["train", "--dataset", str(CORPUS / "semicolon.csv"), "--delimiter", ",", "--output-dir",
+        main(["train", "--dataset", str(corpus() / "semicolon.csv"), "--delimiter", ",", "--output-dir",
               str(tmp_path)])
     assert "row 1 of semicolon.csv has 2 fields but the header has 1" in capsys.readouterr().err
-    frames = load_frames(DataConfig(dataset=str(CORPUS / "windows_1252.csv"), encoding="cp1252",
+    frames = load_frames(DataConfig(dataset=str(corpus() / "windows_1252.csv"), encoding="cp1252",
                                     train_size=None, eval_size=2))
     assert [len(f) for f in frames] == [4, 2]
 
@@ -176,7 +190,7 @@ def test_chunked_reading_picks_the_same_rows_as_reading_everything(chunk_rows):
 
 
 def test_a_file_too_large_to_read_at_once_is_read_in_chunks(monkeypatch, capsys):
-    config = DataConfig(dataset=str(CORPUS / "large.csv"), train_size=400, eval_size=200)
+    config = DataConfig(dataset=str(corpus() / "large.csv"), train_size=400, eval_size=200)
     at_once = load_frames(config)
     monkeypatch.setattr(files, "LARGE_FILE_BYTES", 10_000)  # large.csv is about 85 kB
     monkeypatch.setattr(files, "CHUNK_ROWS", 250)

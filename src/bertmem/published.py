@@ -109,7 +109,10 @@ def planner_mib(row: PublishedRow, peak_mib: float, margin: float) -> float:
     """The planner's answer in the row's own terms: tensors only, or tensors + margin + context (MiB)."""
     if row.measured == "allocated_peak":
         return peak_mib
-    return peak_mib * (1 + margin) + CONTEXT_MIB[row.cuda_modules]
+    from .planner import PlanRequest  # the planner's own overheads, with the row's context and this margin
+
+    overheads = PlanRequest(allocator_margin=margin, cuda_context_bytes=CONTEXT_MIB[row.cuda_modules] * MIB)
+    return overheads.needed_bytes(round(peak_mib * MIB)) / MIB
 
 
 def fit_margin(pairs: list[tuple[PublishedRow, float]], grid_step: float = 0.005) -> float:
