@@ -27,7 +27,7 @@ def chapter_bench(dataset: str | None = None, seeds: tuple[int, ...] | None = No
     return BenchConfig(model=profile.model_id, dataset=dataset or sizes.dataset, train_size=sizes.train_size,
                        eval_size=sizes.eval_size, max_length=sizes.max_length,
                        effective_batch=min(sizes.effective_batch, profile.effective_batch),
-                       learning_rate=profile.learning_rate, device=profile.device, seeds=seeds or sizes.seeds,
+                       learning_rate=sizes.learning_rate, device=profile.device, seeds=seeds or sizes.seeds,
                        progress=False)
 
 

@@ -222,6 +222,7 @@ def test_bench_variants_add_one_idea_each():
     assert (base_data.batch_size, base.accumulation_steps) == (32, 1)
     assert (acc_data.batch_size, acc.accumulation_steps) == (8, 4) and acc.precision == "fp32"
     assert base_data.pad_to_max_length and base_run.attention == "eager" and base.layerwise_decay is None
+    assert base.warmup_ratio == 0.1  # every variant warms up: the rows differ only in their levers
     assert dataclasses.replace(acc, precision="auto") == mixed and mixed_data == acc_data  # one idea: precision
     assert full_data.group_by_length and full_run.attention == "sdpa" and full.warmup_ratio == 0.1
     assert full.layerwise_decay == 0.95 and full.precision == "auto"

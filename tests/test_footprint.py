@@ -50,7 +50,8 @@ def test_lora_targets_query_and_value_and_trains_only_adapters_and_head():
         after = model(**batch).logits
     assert torch.equal(before, after)  # B starts at zero: the adapted model is the pretrained one
     names = [n for n, p in model.named_parameters() if p.requires_grad]
-    assert names and all("lora_" in n or n.startswith("classifier.") for n in names)
+    head = ("classifier.", "bert.pooler.")  # the pooler feeds only the classifier: trained with it
+    assert names and all("lora_" in n or n.startswith(head) for n in names)
     assert trainable == sum(p.numel() for p in model.parameters() if p.requires_grad)
     assert 0 < trainable_share(model) < 0.1 and has_lora(model)
     with pytest.raises(ValueError, match="no query/value projections"):
@@ -115,7 +116,8 @@ def test_lora_in_the_loop_leaves_the_pretrained_weights_alone():
                 for row in zip(*synthetic_batch(32, generator=torch.Generator().manual_seed(1)).values())]
     train(model, DataLoader(examples, batch_size=8), TrainConfig(learning_rate=1e-2, lora_r=4), run=QUIET)
     after = {n.replace(".base_layer", ""): p for n, p in model.named_parameters()}  # LoRA wraps the base
-    assert all(torch.equal(before[n], after[n]) for n in before if not n.startswith("classifier."))
+    head = ("classifier.", "bert.pooler.")  # trained with the head
+    assert all(torch.equal(before[n], after[n]) for n in before if not n.startswith(head))
     assert not torch.equal(before["classifier.weight"], after["classifier.weight"])
     assert any("lora_B" in n and p.abs().sum() > 0 for n, p in after.items())  # the adapters learned
 
@@ -164,7 +166,7 @@ def test_levers_side_by_side_on_a_tiny_model(tmp_path, synthetic_frame):
     assert "accuracy Δ vs noise" in by_lever["LoRA r=8"] and "accuracy Δ vs noise" not in by_lever[FULL]
 
 
-def test_lora_with_frozen_layers_freezes_their_adapters_too_and_keeps_the_pooler_frozen():
+def test_lora_with_frozen_layers_freezes_their_adapters_too_and_trains_the_pooler_with_the_head():
     from bertmem.train import prepare_trainable
 
     model = tiny_classifier(seed=0)
@@ -172,7 +174,9 @@ def test_lora_with_frozen_layers_freezes_their_adapters_too_and_keeps_the_pooler
     trained = [n for n, p in model.named_parameters() if p.requires_grad]
     assert trained and not any(".layer.0." in n for n in trained)  # the frozen layer's adapters too
     assert any(".layer.1." in n and "lora_" in n for n in trained) and "classifier.weight" in trained
-    assert not any("pooler" in n for n in trained)  # BERT's pooler is pretrained: part of the frozen encoder
+    # BERT's pooler feeds only the classifier: trained with the head (MiniLM's was never trained)
+    assert {"bert.pooler.dense.weight", "bert.pooler.dense.bias"} <= set(trained)
+    assert not any(n.startswith("bert.encoder.") and "lora_" not in n for n in trained)
 
 
 @pytest.mark.slow

@@ -157,3 +157,32 @@ def test_fault_injection_helpers_check_their_arguments():
         interrupt_after(fresh_model(), 0)
     with pytest.raises(ValueError, match="max_examples"):
         out_of_memory_above(fresh_model(), -1)
+
+
+class _ReadsToken1(torch.nn.Module):
+    """A stand-in classifier: predicts the label written into token 1, wrong on every third example."""
+
+    def __init__(self):
+        super().__init__()
+        self.bias = torch.nn.Parameter(torch.zeros(()))
+
+    def forward(self, input_ids, attention_mask, labels):
+        guess = (input_ids[:, 1] - 7).clamp(0, 1)
+        guess = torch.where(input_ids[:, 2] % 3 == 0, 1 - guess, guess)
+        logits = torch.nn.functional.one_hot(guess, 2).float() + self.bias
+        loss = torch.nn.functional.cross_entropy(logits, labels)
+        return type("Out", (), {"logits": logits, "loss": loss})()
+
+
+def test_predictions_come_back_in_the_test_sets_order_however_it_is_batched(varied_dataset, tokenizer):
+    from bertmem.baseline import TrainResult, evaluate_into, predict
+
+    model = _ReadsToken1()
+    expected = [int(ids[2] % 3 != 0) for ids in varied_dataset.encodings["input_ids"]]
+    for batch_size, grouped in [(5, True), (7, True), (4, False)]:
+        loader = make_loader(varied_dataset, tokenizer, batch_size, group_by_length=grouped)
+        predictions = predict(model, loader)
+        assert predictions.labels.tolist() == varied_dataset.labels  # the dataset's order, not the loader's
+        result = TrainResult()
+        metrics = evaluate_into(result, model, loader)
+        assert result.correct == expected and metrics["accuracy"] == pytest.approx(sum(expected) / 48)

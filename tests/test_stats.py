@@ -53,3 +53,57 @@ def test_step_timing_is_robust_to_warmup_and_hiccups():
     assert step_timing([2.0], warmup=2).median_s == 2.0
     with pytest.raises(ValueError):
         step_timing([])
+
+
+def test_paired_comparison_of_identical_predictions_has_no_noise():
+    from bertmem.stats import compare_paired
+
+    same = [[1, 0, 1, 1], [0, 1, 1, 1]]
+    verdict = compare_paired(same, same)
+    assert (verdict.difference, verdict.low, verdict.high, verdict.within_noise) == (0.0, 0.0, 0.0, True)
+
+
+def test_paired_comparison_finds_a_small_difference_the_unpaired_test_calls_noise():
+    from bertmem.stats import compare_paired
+
+    # 1,000 test examples, three seeds: a right on 80 %; b right on those and 30 more (+3 points exactly)
+    a = [[1] * 800 + [0] * 200 for _ in range(3)]
+    b = [[1] * 830 + [0] * 170 for _ in range(3)]
+    paired = compare_paired(a, b)
+    assert paired.difference == pytest.approx(0.03) and not paired.within_noise
+    assert 0 < paired.low < 0.03 < paired.high < 0.05
+    assert paired.describe(" points", 100).startswith("+3.0 points (95 % interval +")
+    assert "paired: 3 seeds × 1000 test examples" in paired.basis
+    unpaired = compare_accuracies([0.80] * 3, [0.83] * 3, n_examples=1000)
+    assert unpaired.within_noise and paired.margin < unpaired.margin / 2
+
+
+def test_paired_interval_covers_the_true_difference_about_95_percent_of_the_time():
+    import numpy as np
+
+    from bertmem.stats import compare_paired
+
+    rng = np.random.default_rng(1)
+
+    def scores(difficulty, shift, seeds):  # right with probability sigmoid(1 + difficulty + seed effect + shift)
+        logits = 1 + difficulty[None, :] + rng.normal(0, 0.1, (seeds, 1)) + shift
+        return (rng.random(logits.shape) < 1 / (1 + np.exp(-logits))).astype(int)
+
+    population = rng.normal(0, 1.5, 400_000)  # the true difference: over examples (and seeds: small effect)
+    truth = float(np.mean(1 / (1 + np.exp(-(1.3 + population))) - 1 / (1 + np.exp(-(1 + population)))))
+    covered = 0
+    for _ in range(150):
+        difficulty = rng.normal(0, 1.5, 300)
+        verdict = compare_paired(scores(difficulty, 0.0, 3), scores(difficulty, 0.3, 3), resamples=400,
+                                 seed=int(rng.integers(1 << 30)))
+        covered += verdict.low <= truth <= verdict.high
+    assert 0.88 <= covered / 150 <= 1.0
+
+
+def test_paired_comparison_refuses_unpaired_tables():
+    from bertmem.stats import compare_paired
+
+    with pytest.raises(ValueError, match="same seeds"):
+        compare_paired([[1, 0, 1]], [[1, 0]])
+    with pytest.raises(ValueError, match="0 \\(wrong\\) or 1"):
+        compare_paired([[1, 0.5]], [[1, 0]])

@@ -34,6 +34,8 @@ class TrainResult:
     num_processes: int = 1  # data-parallel processes (Accelerate, chapter 7)
     rank: int = 0  # this process's index among them
     rank_bytes: dict[str, int] | None = None  # this process's parameter/optimizer bytes (Accelerate, chapter 7)
+    # the last evaluation's 0/1 score per test example, in the test set's order: for paired comparisons (ch. 5)
+    correct: list[int] | None = None
 
     @property
     def final_metrics(self) -> dict[str, float]:
@@ -63,12 +65,39 @@ class TrainResult:
         return ax
 
 
-@torch.no_grad()
-def evaluate(model: torch.nn.Module, loader: Iterable[dict], device: str | None = None,
-             show_progress: bool = False) -> dict[str, float]:
-    """Accuracy, macro-F1 (scikit-learn) and mean loss over a loader, on the model's device (chapter 0)."""
-    from sklearn.metrics import accuracy_score, f1_score
+@dataclass(frozen=True)
+class Predictions:
+    """A model's predicted and true labels per test example and its mean loss (chapters 0, 5)."""
 
+    predicted: np.ndarray
+    labels: np.ndarray
+    loss: float
+
+    def metrics(self) -> dict[str, float]:
+        """Accuracy, macro-F1 (scikit-learn) and the mean loss."""
+        from sklearn.metrics import accuracy_score, f1_score
+
+        return {"accuracy": float(accuracy_score(self.labels, self.predicted)),
+                "macro_f1": float(f1_score(self.labels, self.predicted, average="macro")),
+                "eval_loss": self.loss}
+
+
+def loader_order(loader) -> list[int] | None:
+    """The dataset index of every example in the order a fixed-order loader yields them; None if unknown."""
+    from torch.utils.data import DataLoader, RandomSampler
+
+    if not isinstance(loader, DataLoader) or isinstance(loader.sampler, RandomSampler):
+        return None
+    sampler = loader.batch_sampler
+    if getattr(sampler, "shuffle", False):  # a shuffled length-grouped sampler: no fixed order
+        return None
+    return [int(i) for batch in sampler for i in batch]
+
+
+@torch.no_grad()
+def predict(model: torch.nn.Module, loader: Iterable[dict], device: str | None = None,
+            show_progress: bool = False) -> Predictions:
+    """Predicted and true labels over a loader, in the dataset's order where the loader's is fixed (ch. 0, 5)."""
     device = resolve_device(model, device)
     model.eval()
     preds, labels, losses, counts = [], [], [], []
@@ -80,9 +109,26 @@ def evaluate(model: torch.nn.Module, loader: Iterable[dict], device: str | None 
         losses.append(float(out.loss) * len(batch["labels"]))
         counts.append(len(batch["labels"]))
     y_pred, y_true = torch.cat(preds).numpy(), torch.cat(labels).numpy()
-    return {"accuracy": float(accuracy_score(y_true, y_pred)),
-            "macro_f1": float(f1_score(y_true, y_pred, average="macro")),
-            "eval_loss": sum(losses) / sum(counts)}
+    order = loader_order(loader)
+    if order is not None and len(order) == len(y_pred):  # back to the dataset's order: examples line up
+        back = np.empty(len(order), dtype=int)
+        back[np.asarray(order)] = np.arange(len(order))
+        y_pred, y_true = y_pred[back], y_true[back]
+    return Predictions(y_pred, y_true, sum(losses) / sum(counts))
+
+
+def evaluate(model: torch.nn.Module, loader: Iterable[dict], device: str | None = None,
+             show_progress: bool = False) -> dict[str, float]:
+    """Accuracy, macro-F1 (scikit-learn) and mean loss over a loader, on the model's device (chapter 0)."""
+    return predict(model, loader, device, show_progress).metrics()
+
+
+def evaluate_into(result: TrainResult, model: torch.nn.Module, loader: Iterable[dict],
+                  show_progress: bool = False) -> dict[str, float]:
+    """`evaluate`, keeping each test example's 0/1 score on `result.correct` for paired comparisons (ch. 5)."""
+    predictions = predict(model, loader, show_progress=show_progress)
+    result.correct = (predictions.predicted == predictions.labels).astype(int).tolist()
+    return predictions.metrics()
 
 
 def train_baseline(

@@ -16,7 +16,7 @@ from .run_config import RunConfig
 from .footprint import LORA_LR_FACTOR, LORA_RANK
 from .loaders import DataConfig, build_loaders, load_frames
 from .memory import measure_step_memory
-from .stats import compare_accuracies, step_timing, summarize
+from .stats import compare_accuracies, compare_paired, step_timing, summarize
 from .workload import matmul_tflops, model_flops_utilisation
 from .profile import MINILM_ID, Profile, parse_size, seed_everything
 from .train import TrainConfig
@@ -71,9 +71,14 @@ class BenchConfig:
 
     @classmethod
     def from_profile(cls, profile: Profile, **overrides) -> "BenchConfig":
-        """The profile's model, data, effective batch, learning rate and device; seeds 0, 1, 2."""
+        """The profile's model, data, effective batch, learning rate and device; seeds 0, 1, 2.
+
+        Twice the profile's test examples (all where it takes all): evaluation is forward-only, and the
+        paired interval of "recipe − baseline" narrows with the square root of their number.
+        """
+        eval_size = None if profile.eval_size is None else 2 * profile.eval_size
         values = dict(model=profile.model_id, dataset=profile.dataset, train_size=profile.train_size,
-                      eval_size=profile.eval_size, max_length=profile.max_length,
+                      eval_size=eval_size, max_length=profile.max_length,
                       effective_batch=profile.effective_batch, learning_rate=profile.learning_rate,
                       epochs=profile.epochs, device=profile.device, seeds=(0, 1, 2))
         return cls(**{**values, **overrides})
@@ -94,13 +99,14 @@ def variant_settings(bench: BenchConfig, variant: str, seed: int | None = None) 
     data = DataConfig(dataset=bench.dataset, train_size=bench.train_size, eval_size=bench.eval_size,
                       max_length=bench.max_length, batch_size=bench.effective_batch, group_by_length=False,
                       pad_to_max_length=True, data_seed=bench.seed)
-    recipe = TrainConfig(epochs=bench.epochs, learning_rate=bench.learning_rate, seed=seed, warmup_ratio=0.0)
+    # every variant warms up: without it, a short run at this learning rate can stall near chance
+    recipe = TrainConfig(epochs=bench.epochs, learning_rate=bench.learning_rate, seed=seed, warmup_ratio=0.1)
     steps = {  # what each variant changes, in order: (run, data, recipe) overrides
         "accumulation ×4": ({}, {"batch_size": bench.effective_batch // bench.accumulation},
                             {"accumulation_steps": bench.accumulation}),
         "mixed precision + accumulation": ({}, {}, {"precision": "auto"}),
         "full recipe": ({"attention": "sdpa"}, {"group_by_length": True, "pad_to_max_length": False},
-                        {"warmup_ratio": 0.1, "layerwise_decay": bench.layerwise_decay}),
+                        {"layerwise_decay": bench.layerwise_decay}),
         "full + gradient checkpointing": ({}, {}, {"gradient_checkpointing": True}),
         # on top of checkpointing, chapter 8's lever that shrinks a step most: LoRA trains well under 1 % of the
         # weights (no gradients or optimizer state for the rest), with the larger steps adapters need
@@ -200,7 +206,7 @@ def run_variant(bench: BenchConfig, variant: str, frames, peak_tflops: dict[str,
                 "weights+grads+Adam (MiB)": (report.parameters + 3 * report.gradients) / 2**20,
                 "time per epoch (s)": sum(e["train_time_s"] for e in result.epochs) / len(result.epochs),
                 "examples/s": bench.effective_batch / timing.median_s, "accuracy": epoch["accuracy"],
-                "macro-F1": epoch["macro_f1"], "test examples": len(eval_frame)})
+                "macro-F1": epoch["macro_f1"], "test examples": len(eval_frame), "correct": result.correct})
     row["total (MiB)"] = row["activations (MiB)"] + row["weights+grads+Adam (MiB)"]
     if cuda:
         row["CUDA peak (MiB)"] = torch.cuda.max_memory_allocated() / 2**20
@@ -218,7 +224,7 @@ def combine_rounds(rounds: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
         if any("note" in r for r in runs):
             combined.append(next(r for r in runs if "note" in r))
             continue
-        row = {k: v for k, v in runs[0].items() if k not in ("seed", "step_times_s")}
+        row = {k: v for k, v in runs[0].items() if k not in ("seed", "step_times_s", "correct")}
         timing = step_timing([t for r in runs for t in r["step_times_s"]], warmup=0)
         accuracy, f1 = summarize([r["accuracy"] for r in runs]), summarize([r["macro-F1"] for r in runs])
         compute = [sum(r["step_times_s"]) for r in runs]  # each round's training compute after warm-up
@@ -229,6 +235,8 @@ def combine_rounds(rounds: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
                     "accuracy": accuracy.mean, "accuracy std": accuracy.std, "macro-F1": f1.mean,
                     "macro-F1 std": f1.std, "accuracies": [r["accuracy"] for r in runs],
                     "compute per round (s)": compute})
+        if all(r.get("correct") is not None for r in runs):  # per seed, per test example: for pairing
+            row["correct per seed"] = [r["correct"] for r in runs]
         if "MFU" in runs[0]:
             row["MFU"] = summarize([r["MFU"] for r in runs]).mean
         combined.append(row)
@@ -241,7 +249,8 @@ def add_ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     The time ratio compares training compute (the step times after warm-up) round by round — each round runs
     every variant back to back, so a slow spell of the machine falls on all of them — and takes the median over
     rounds; with length-grouped batches the step times vary by design, so their sum, not a median step, is the
-    work. The accuracy difference gets a verdict from `stats.compare_accuracies`.
+    work. The accuracy difference gets a verdict from `stats.compare_paired` (same seeds, same test examples),
+    or from `stats.compare_accuracies` where a row lacks its per-example scores (an older bench.json).
     """
     ran = [r for r in rows if "note" not in r]
     if not ran:
@@ -261,9 +270,13 @@ def add_ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         row["epoch time ratio"] = row["time per epoch (s)"] / base["time per epoch (s)"]
         row["accuracy Δ (points)"] = 100 * (row["accuracy"] - base["accuracy"])
         if row is not base:
-            verdict = compare_accuracies(base.get("accuracies", [base["accuracy"]]),
-                                         row.get("accuracies", [row["accuracy"]]), row.get("test examples"))
+            if "correct per seed" in row and "correct per seed" in base:
+                verdict = compare_paired(base["correct per seed"], row["correct per seed"])
+            else:
+                verdict = compare_accuracies(base.get("accuracies", [base["accuracy"]]),
+                                             row.get("accuracies", [row["accuracy"]]), row.get("test examples"))
             row["accuracy Δ vs noise"] = verdict.describe(" points", scale=100)
+            row["accuracy Δ margin (points)"] = 100 * verdict.margin  # half the 95 % interval's width
             row["within noise"] = verdict.within_noise
     return rows
 
@@ -308,7 +321,8 @@ def write_bench(result: dict[str, Any], folder: str | Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "bench.json").write_text(json.dumps(result, indent=1, default=str))
     env = ", ".join(f"{k} {v}" for k, v in result["environment"].items())
-    hidden = ("accuracies", "within noise", "compute per round (s)")  # kept in bench.json; lists do not tabulate
+    # kept in bench.json; lists do not tabulate
+    hidden = ("accuracies", "within noise", "compute per round (s)", "correct per seed")
     rows = [{k: v for k, v in row.items() if k not in hidden} for row in result["rows"]]
     parts = [f"# Recipe benchmark\n\n{env}\n", markdown_table(rows, floatfmt=".3g")]
     if result.get("estimated"):

@@ -63,13 +63,20 @@ def lora_target_modules(model: nn.Module) -> list[str]:
                      "naming the attention projections of this architecture")
 
 
+def is_head(model: nn.Module, name: str) -> bool:
+    """True for a parameter of the classification head: outside the encoder, or its pooler (chapter 8)."""
+    encoder = getattr(model, "base_model_prefix", "") + "."
+    return not name.startswith(encoder) or name.startswith(encoder + "pooler.")
+
+
 def apply_lora(model: nn.Module, r: int = 8, alpha: int | None = None, dropout: float = 0.1,
                target_modules: Iterable[str] | None = None) -> int:
     """Add LoRA adapters in place; train only them and the head; return the trainable parameters (ch. 8).
 
     The head is everything outside the pretrained encoder (`base_model_prefix`): BERT's classifier,
-    DistilBERT's pre-classifier and classifier, DeBERTa's pooler and classifier. BERT's pooler is part of
-    the pretrained encoder and stays frozen. The model stays a transformers model (peft's
+    DistilBERT's pre-classifier and classifier, DeBERTa's pooler and classifier; and BERT's pooler, which
+    sits inside the encoder but feeds only the classifier: a checkpoint trained without it (the CPU
+    profile's sentence-transformers MiniLM) has an untrained one. The model stays a transformers model (peft's
     `inject_adapter_in_model`), so the loop, evaluation and predictions see no difference; `merge_lora`
     folds the adapters back for saving.
     """
@@ -83,9 +90,8 @@ def apply_lora(model: nn.Module, r: int = 8, alpha: int | None = None, dropout: 
     training = model.training
     inject_adapter_in_model(config, model)
     model.train(training)  # new modules start in training mode: LoRA's dropout must follow the model's mode
-    encoder = getattr(model, "base_model_prefix", "") + "."
-    for name, param in model.named_parameters():  # the head outside the pretrained encoder must learn
-        param.requires_grad_("lora_" in name or not name.startswith(encoder))
+    for name, param in model.named_parameters():  # the head must learn: the adapters alone cannot
+        param.requires_grad_("lora_" in name or is_head(model, name))
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 

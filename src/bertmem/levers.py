@@ -2,7 +2,7 @@
 
 Each lever is a `dataclasses.replace` of one recipe (`lever_recipes`); `lever_memory` measures one step's
 exact bytes by category, `run_levers` fine-tunes every lever once per seed and compares each accuracy with
-full fine-tuning's against the noise of the seeds and the test set (`stats.compare_accuracies`).
+full fine-tuning's against the noise of the seeds and the test set, paired (`stats.compare_paired`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from .memory import measure_step_memory
 from .models import find_encoder_layers
 from .precision import choose_precision
 from .profile import progress, seed_everything
-from .stats import compare_accuracies, summarize
+from .stats import compare_accuracies, compare_paired, summarize
 from .train import TrainConfig, make_optimizer_and_scheduler, prepare_trainable, train
 
 MIB, GIB = 2**20, 2**30
@@ -90,7 +90,7 @@ def run_levers(run: RunConfig, data: DataConfig, recipes: dict[str, TrainConfig]
             result = train(model, loaders.train, recipe, loaders.eval, run=run)
             runs[lever].append({"accuracy": result.final_metrics["accuracy"],
                                 "macro_f1": result.final_metrics["macro_f1"],
-                                "time": result.epochs[-1]["train_time_s"]})
+                                "time": result.epochs[-1]["train_time_s"], "correct": result.correct})
             steps.update(1)
     steps.close()
     return _lever_rows(runs, memory, len(frames[1]))
@@ -98,8 +98,9 @@ def run_levers(run: RunConfig, data: DataConfig, recipes: dict[str, TrainConfig]
 
 def _lever_rows(runs: dict[str, list[dict[str, float]]], memory: dict[str, dict[str, float]],
                 test_examples: int) -> list[dict[str, Any]]:
-    """Mean ± std per lever and the accuracy difference to the first lever against the noise."""
-    base = [r["accuracy"] for r in next(iter(runs.values()))]
+    """Mean ± std per lever and the accuracy difference to the first lever, paired by seed and test example."""
+    first = next(iter(runs.values()))
+    base = [r["accuracy"] for r in first]
     rows = []
     for lever, results in runs.items():
         accuracy = summarize([r["accuracy"] for r in results])
@@ -109,7 +110,10 @@ def _lever_rows(runs: dict[str, list[dict[str, float]]], memory: dict[str, dict[
                "accuracy": accuracy.mean, "accuracy std": accuracy.std, "macro-F1": f1.mean, "macro-F1 std": f1.std,
                "accuracies": [r["accuracy"] for r in results]}
         if rows:
-            verdict = compare_accuracies(base, row["accuracies"], test_examples)
+            if all(r.get("correct") is not None for r in first + results):  # same seeds, same test examples
+                verdict = compare_paired([r["correct"] for r in first], [r["correct"] for r in results])
+            else:
+                verdict = compare_accuracies(base, row["accuracies"], test_examples)
             row["accuracy Δ vs noise"] = verdict.describe(" points", scale=100)
         rows.append(row)
     return rows
@@ -125,8 +129,9 @@ def estimated_lever_rows(model: str = "bert-base-uncased", seq_len: int = 512, m
     more steps each) gives the same answers for every row of chapter 8's table at six times the cost; a test
     checks full fine-tuning of bert-base.
     ZeRO-Offload (DeepSpeed, CUDA only) is counted from the full fine-tuning step's activations
-    (`scaling.offload_bytes`): its row sums weights, gradient buckets and activations, an upper bound where the
-    other rows give the step's peak; its gradients column is the 16-bit buckets in flight.
+    (`scaling.offload_bytes`): its row sums weights, gradient buckets and activations, a sum that can miss the
+    peak either way (chapter 1), where the other rows give the step's peak; its gradients column is the 16-bit
+    buckets in flight.
     """
     from .estimate import estimate_step_memory, model_config
     from .planner import PlanRequest

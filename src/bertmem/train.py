@@ -13,7 +13,7 @@ from torch.utils.data import DataLoader
 
 from .accumulation import WEIGHTINGS, backward_with_backoff, check_dataset_fits, optimizer_steps, windows
 from .models import enable_gradient_checkpointing
-from .baseline import TrainResult, evaluate  # noqa: F401  (chapter 0's pieces, re-exported for callers)
+from .baseline import TrainResult, evaluate, evaluate_into  # noqa: F401  (chapter 0's pieces, re-exported for callers)
 from .batching import dataset_size
 from .footprint import OPTIMIZER_NAMES, apply_lora, freeze_lower_layers, has_lora, make_optimizer
 from .devices import model_device, require_device, synchronize
@@ -228,7 +228,7 @@ def train(model: torch.nn.Module, train_loader: DataLoader, config: TrainConfig,
             bar.close()
             record = state.epoch_record(epoch)
             if eval_loader is not None:  # a stop here resumes to evaluate
-                record.update(evaluate(model, eval_loader, show_progress=run.progress))
+                record.update(evaluate_into(result, model, eval_loader, run.progress))
             result.epochs.append(record)
             state.on_epoch(epoch)  # a checkpoint at every epoch's end
     return result

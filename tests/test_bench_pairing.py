@@ -1,0 +1,40 @@
+"""Chapter 5's bench compares variants paired by seed and test example, and its committed table can decide."""
+
+import pytest
+
+from bertmem.bench import add_ratios, combine_rounds
+from bertmem.bench_info import recorded_bench
+
+
+def bench_row(variant, seed, correct, step=1.0):
+    """One variant's row of one round, as `run_variant` writes it."""
+    return {"variant": variant, "seed": seed, "step_times_s": [step] * 4, "examples per step": 8,
+            "median step (s)": step, "time per epoch (s)": 4 * step, "activations (MiB)": 10.0,
+            "accuracy": sum(correct) / len(correct), "macro-F1": 0.7, "test examples": len(correct),
+            "correct": correct}
+
+
+def test_the_bench_verdict_is_paired_when_every_round_kept_its_scores():
+    base = [[1] * 700 + [0] * 300, [1] * 690 + [0] * 310]
+    better = [[1] * 730 + [0] * 270, [1] * 720 + [0] * 280]  # right wherever the baseline is, and on 30 more
+    rounds = [[bench_row("fp32 baseline", s, base[s]), bench_row("full recipe", s, better[s])] for s in (0, 1)]
+    rows = add_ratios(combine_rounds(rounds))
+    recipe = rows[1]
+    assert "paired: 2 seeds × 1000 test examples" in recipe["accuracy Δ vs noise"]
+    assert recipe["within noise"] is False and recipe["accuracy Δ (points)"] == pytest.approx(3.0)
+    rows[0].pop("correct per seed")  # an older bench.json without scores: the unpaired verdict, which says noise
+    assert "paired" not in add_ratios(rows)[1]["accuracy Δ vs noise"]
+
+
+def test_the_committed_cpu_bench_has_three_seeds_no_one_class_row_and_a_deciding_interval():
+    recorded = recorded_bench("bench-cpu")
+    assert list(recorded["settings"]["seeds"]) == [0, 1, 2]
+    ran = [row for row in recorded["rows"] if "note" not in row]
+    assert len(ran) == len(recorded["settings"]["variants"])
+    for row in ran:  # a one-class predictor scores macro-F1 ≤ 0.5 on two classes, whatever its accuracy
+        assert row["macro-F1"] > 0.6, f"{row['variant']}: macro-F1 {row['macro-F1']:.3f}, a collapsed run"
+        assert all(acc > 0.6 for acc in row["accuracies"]), f"{row['variant']}: a seed near chance"
+    recipe = next(row for row in ran if row["variant"] == "full recipe")
+    assert "paired: 3 seeds" in recipe["accuracy Δ vs noise"]
+    margin = recipe["accuracy Δ margin (points)"]
+    assert margin <= 3.0, f"recipe − baseline interval ±{margin:.1f} points: cannot decide"

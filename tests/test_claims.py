@@ -1,0 +1,91 @@
+"""Typed numbers agree with what the chapters measured (all chapters, A2).
+
+A measured ratio or difference ("0.91×", "+2.8 points", "12.5 %") belongs in a cell's output, where a rerun
+updates it. In text a reader sees as typed (markdown cells, the Markdown pages), such a number must either be
+printed by the chapter's own cells, or sit in a paragraph that cites where it comes from (a link, a
+`{cite}` role, "et al."). A Markdown page that links a chapter for a number must find it in that chapter's
+outputs. Whole numbers and constants without a unit ("16 bytes", "α = 0.95") are not measurements and pass.
+`book/CLAIMS.md` lists the causal claims with the cell or source behind each.
+"""
+
+import json
+import re
+from pathlib import Path
+
+BOOK = Path(__file__).resolve().parents[1] / "book"
+MEASURED = re.compile(r"(?<![\w.])[+−-]?(\d+\.\d+)\s?(?:×|x\b| points?\b| ?%)")
+SOURCED = re.compile(r"\]\(https?://|\{cite|et al\.")
+LINKED_CHAPTER = re.compile(r"\]\(((?:\d\d|A\d)_\w+\.ipynb)")
+
+
+def outputs(notebook: dict) -> str:
+    """Everything a notebook's cells printed or displayed."""
+    parts = []
+    for cell in notebook["cells"]:
+        for output in cell.get("outputs", []):
+            parts.append("".join(output.get("text", "")))
+            for kind in ("text/plain", "text/markdown", "text/html"):
+                parts.append("".join(output.get("data", {}).get(kind, "")))
+    return "\n".join(parts)
+
+
+def unsupported_numbers(notebook: dict) -> list[str]:
+    """Measured-looking numbers in markdown cells that no output prints and no citation covers."""
+    printed, found = outputs(notebook), []
+    for index, cell in enumerate(notebook["cells"]):
+        if cell["cell_type"] != "markdown":
+            continue
+        for paragraph in "".join(cell["source"]).split("\n\n"):
+            if SOURCED.search(paragraph):
+                continue
+            found += [f"cell {index}: {m.group(0)!r}" for m in MEASURED.finditer(paragraph)
+                      if m.group(1) not in printed]
+    return found
+
+
+def test_typed_numbers_in_chapters_are_printed_by_their_cells_or_cited():
+    problems = []
+    for path in sorted(BOOK.glob("*.ipynb")):
+        problems += [f"{path.name} {p}" for p in unsupported_numbers(json.loads(path.read_text(encoding="utf-8")))]
+    assert not problems, "typed, not measured: " + "; ".join(problems)
+
+
+def test_pages_quote_only_numbers_the_linked_chapter_printed():
+    printed = {p.name: outputs(json.loads(p.read_text(encoding="utf-8"))) for p in BOOK.glob("*.ipynb")}
+    problems = []
+    for page in sorted(BOOK.glob("*.md")):
+        for line in page.read_text(encoding="utf-8").splitlines():
+            chapters = LINKED_CHAPTER.findall(line)
+            if not chapters or SOURCED.search(line):
+                continue
+            problems += [f"{page.name}: {m.group(0)!r} (not printed by {', '.join(chapters)})"
+                         for m in MEASURED.finditer(line) if not any(m.group(1) in printed.get(c, "")
+                                                                      for c in chapters)]
+    assert not problems, "; ".join(problems)
+
+
+def test_the_claim_check_catches_a_typed_number_and_passes_a_printed_or_cited_one():
+    def notebook(prose: str, printed: str) -> dict:
+        return {"cells": [{"cell_type": "markdown", "source": [prose]},
+                          {"cell_type": "code", "source": [], "outputs": [{"text": [printed]}]}]}
+
+    assert unsupported_numbers(notebook("Accumulation took 1.08× the time.", "ratio 0.91")) == [
+        "cell 0: '1.08×'"]
+    assert unsupported_numbers(notebook("Accumulation took 0.91× the time.", "ratio 0.91")) == []
+    assert unsupported_numbers(notebook("[Sun et al.](https://x) gain 0.2 points.", "")) == []
+    assert unsupported_numbers(notebook("16 bytes per parameter, α = 0.95.", "")) == []
+
+
+def test_the_causal_claims_list_names_a_cell_or_source_for_each_claim():
+    text = (BOOK / "CLAIMS.md").read_text(encoding="utf-8")
+    rows = [line for line in text.splitlines() if line.startswith("| ") and not line.startswith("| claim")
+            and not set(line) <= set("|- ")]
+    assert len(rows) >= 10
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert len(cells) == 3 and all(cells), row
+        support = cells[2]
+        assert re.search(r"(?:\d\d|A\d)_\w+\.ipynb|https?://|hypothesis", support), row
+        for notebook in re.findall(r"((?:\d\d|A\d)_\w+\.ipynb)", support):
+            assert (BOOK / notebook).exists(), row
+
