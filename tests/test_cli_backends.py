@@ -12,8 +12,8 @@ import torch
 from torch.utils.data import DataLoader
 
 from bertmem.accelerate_loop import train_with_accelerate
-from bertmem.bench import (BenchConfig, add_ratios, combine_rounds, precisions_used, run_bench, variant_settings,
-                           write_bench)
+from bertmem.bench import BenchConfig, add_ratios, combine_rounds, precisions_used, run_bench, variant_settings
+from bertmem.bench_info import write_bench
 from bertmem.estimate import estimated_rows
 from bertmem.workload import model_flops_utilisation
 from bertmem.cli import main

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import statistics
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -311,23 +309,4 @@ def run_bench(bench: BenchConfig) -> dict[str, Any]:
     peaks = {p: statistics.median(r[p] for r in peaks_per_round) for p in peaks_per_round[0]}
     return {"rows": rows, "rounds": rounds, "matmul_tflops": peaks, "matmul_tflops_per_round": peaks_per_round,
             "bf16_matmul_tflops": peaks.get("bf16"), "settings": asdict(bench), "environment": environment_info()}
-
-
-def write_bench(result: dict[str, Any], folder: str | Path) -> Path:
-    """bench.json and bench.md (table + hardware and versions) into folder (chapter 5)."""
-    from .plots import markdown_table
-
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "bench.json").write_text(json.dumps(result, indent=1, default=str))
-    env = ", ".join(f"{k} {v}" for k, v in result["environment"].items())
-    # kept in bench.json; lists do not tabulate
-    hidden = ("accuracies", "within noise", "compute per round (s)", "correct per seed")
-    rows = [{k: v for k, v in row.items() if k not in hidden} for row in result["rows"]]
-    parts = [f"# Recipe benchmark\n\n{env}\n", markdown_table(rows, floatfmt=".3g")]
-    if result.get("estimated"):
-        parts += ["\n## Estimated for a CUDA GPU (bert-base, 512 tokens, effective batch 32)\n",
-                  markdown_table(result["estimated"], floatfmt=".3g")]
-    (folder / "bench.md").write_text("\n".join(parts) + "\n")
-    return folder / "bench.md"
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 from .bench import BenchConfig, variant_settings
@@ -47,3 +48,23 @@ def recorded_bench(name: str = "bench-cpu") -> dict[str, Any]:
     from importlib.resources import files
 
     return json.loads(files("bertmem").joinpath("recorded", f"{name}.json").read_text(encoding="utf-8"))
+
+
+def write_bench(result: dict[str, Any], folder: str | Path) -> Path:
+    """bench.json and bench.md (table + hardware and versions) into folder (chapter 5)."""
+    from .plots import markdown_table
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "bench.json").write_text(json.dumps(result, indent=1, default=str))
+    env = ", ".join(f"{k} {v}" for k, v in result["environment"].items())
+    # kept in bench.json; lists do not tabulate
+    hidden = ("accuracies", "within noise", "compute per round (s)", "correct per seed")
+    rows = [{k: v for k, v in row.items() if k not in hidden} for row in result["rows"]]
+    parts = [f"# Recipe benchmark\n\n{env}\n", markdown_table(rows, floatfmt=".3g")]
+    if result.get("estimated"):
+        parts += ["\n## Estimated for a CUDA GPU (bert-base, 512 tokens, effective batch 32)\n",
+                  markdown_table(result["estimated"], floatfmt=".3g")]
+    (folder / "bench.md").write_text("\n".join(parts) + "\n")
+    return folder / "bench.md"
+
