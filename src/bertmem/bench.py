@@ -97,7 +97,7 @@ def variant_settings(bench: BenchConfig, variant: str, seed: int | None = None) 
     data = DataConfig(dataset=bench.dataset, train_size=bench.train_size, eval_size=bench.eval_size,
                       max_length=bench.max_length, batch_size=bench.effective_batch, group_by_length=False,
                       pad_to_max_length=True, data_seed=bench.seed)
-    # every variant warms up: without it, a short run at this learning rate can stall near chance
+    # every variant warms up (chapter 6), so the rows differ only in the levers below
     recipe = TrainConfig(epochs=bench.epochs, learning_rate=bench.learning_rate, seed=seed, warmup_ratio=0.1)
     steps = {  # what each variant changes, in order: (run, data, recipe) overrides
         "accumulation ×4": ({}, {"batch_size": bench.effective_batch // bench.accumulation},

@@ -20,7 +20,7 @@ from .memory import measure_step_memory
 from .models import find_encoder_layers
 from .precision import choose_precision
 from .profile import progress, seed_everything
-from .stats import compare_accuracies, compare_paired, summarize
+from .stats import compare_paired, summarize
 from .train import TrainConfig, make_optimizer_and_scheduler, prepare_trainable, train
 
 MIB, GIB = 2**20, 2**30
@@ -70,7 +70,7 @@ def run_levers(run: RunConfig, data: DataConfig, recipes: dict[str, TrainConfig]
         resolved[lever] = dataclasses.replace(
             recipe, precision=choose_precision(recipe.precision, device, verbose=False).precision)
     recipes = resolved
-    runs: dict[str, list[dict[str, float]]] = {lever: [] for lever in recipes}
+    runs: dict[str, list[dict[str, Any]]] = {lever: [] for lever in recipes}
     memory: dict[str, dict[str, float]] = {}
     steps = progress(None, "levers × seeds", total=len(seeds) * len(recipes))
     for seed in seeds:
@@ -93,14 +93,12 @@ def run_levers(run: RunConfig, data: DataConfig, recipes: dict[str, TrainConfig]
                                 "time": result.epochs[-1]["train_time_s"], "correct": result.correct})
             steps.update(1)
     steps.close()
-    return _lever_rows(runs, memory, len(frames[1]))
+    return _lever_rows(runs, memory)
 
 
-def _lever_rows(runs: dict[str, list[dict[str, float]]], memory: dict[str, dict[str, float]],
-                test_examples: int) -> list[dict[str, Any]]:
+def _lever_rows(runs: dict[str, list[dict[str, Any]]], memory: dict[str, dict[str, float]]) -> list[dict[str, Any]]:
     """Mean ± std per lever and the accuracy difference to the first lever, paired by seed and test example."""
-    first = next(iter(runs.values()))
-    base = [r["accuracy"] for r in first]
+    base_scores = [r["correct"] for r in next(iter(runs.values()))]  # every run evaluated: scores always kept
     rows = []
     for lever, results in runs.items():
         accuracy = summarize([r["accuracy"] for r in results])
@@ -110,10 +108,7 @@ def _lever_rows(runs: dict[str, list[dict[str, float]]], memory: dict[str, dict[
                "accuracy": accuracy.mean, "accuracy std": accuracy.std, "macro-F1": f1.mean, "macro-F1 std": f1.std,
                "accuracies": [r["accuracy"] for r in results]}
         if rows:
-            if all(r.get("correct") is not None for r in first + results):  # same seeds, same test examples
-                verdict = compare_paired([r["correct"] for r in first], [r["correct"] for r in results])
-            else:
-                verdict = compare_accuracies(base, row["accuracies"], test_examples)
+            verdict = compare_paired(base_scores, [r["correct"] for r in results])  # same seeds and examples
             row["accuracy Δ vs noise"] = verdict.describe(" points", scale=100)
         rows.append(row)
     return rows
