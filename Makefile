@@ -79,7 +79,7 @@ bench-estimator: install
 bench-planner: install
 	$(PY) benchmarks/planner.py
 
-# Chapter 5's live bench twice and once on another dataset: same story? time ratios within 10 %? (~10 min)
+# Chapter 5's live bench twice and once on another dataset: same story? time ratios within 10 %? (~50 min)
 bench-stability: install
 	$(PY) benchmarks/bench_stability.py
 

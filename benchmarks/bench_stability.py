@@ -5,7 +5,8 @@ rounds) twice on the profile's dataset (the second time with other seeds) and on
 run's table, and compares the time ratios of the two same-data runs (they should agree within 10 %) and the
 qualitative story of all three: which way each ratio points and which accuracy differences exceed the noise.
 
-Run: .venv/bin/python benchmarks/bench_stability.py [--other-dataset rotten_tomatoes]   (~10 min on 2 cores)
+Run: .venv/bin/python benchmarks/bench_stability.py [--other-dataset rotten_tomatoes]
+(~50 min on 2 cores: three benches of 12 runs each)
 """
 
 import argparse
@@ -24,7 +25,7 @@ def chapter_bench(dataset: str | None = None, seeds: tuple[int, ...] | None = No
     """The bench chapter 5 runs live, optionally on another dataset or with other training seeds."""
     profile = get_profile()
     sizes = chapter_sizes("05", profile)
-    return BenchConfig(model=profile.model_id, dataset=dataset or sizes.dataset, train_size=sizes.train_size,
+    return BenchConfig(model_id=profile.model_id, dataset=dataset or sizes.dataset, train_size=sizes.train_size,
                        eval_size=sizes.eval_size, max_length=sizes.max_length,
                        effective_batch=min(sizes.effective_batch, profile.effective_batch),
                        learning_rate=sizes.learning_rate, device=profile.device, seeds=seeds or sizes.seeds,

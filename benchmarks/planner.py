@@ -45,12 +45,12 @@ def card_rows() -> list[dict]:
                                     ("A100 40 GB", "39GiB", "bf16")):
         for ckpt in (False, True):
             start = time.perf_counter()
-            plan = plan_micro_batch(PlanRequest(model="bert-base-uncased", max_length=512, precision=precision,
+            plan = plan_micro_batch(PlanRequest(model_id="bert-base-uncased", max_length=512, precision=precision,
                                                 memory_bytes=parse_memory(memory), effective_batch=32,
                                                 gradient_checkpointing=ckpt))
             rows.append({"card (usable memory)": f"{card} ({memory})", "precision": precision,
                          "checkpointing": "yes" if ckpt else "no", "largest micro-batch": plan.largest_fitting_batch,
-                         "plan": f"{plan.micro_batch_size} × {plan.accumulation_steps}",
+                         "plan": f"{plan.micro_batch} × {plan.accumulation_steps}",
                          "estimated peak (GiB)": plan.estimated_peak_bytes / 2**30, "peak during": plan.peak_phase,
                          "planner time (s)": time.perf_counter() - start})
     return rows
@@ -75,8 +75,8 @@ def published_sections() -> None:
     excluded = published_rows(("excluded",))
     print(f"\n{len(excluded)} rows left out, each with its reason in recorded/published_gpu_memory.csv: "
           + "; ".join(sorted({f"{r.source}: {r.note}" for r in excluded})))
-    print("\n## The time model (6 · parameters · tokens at 30 % of the datasheet peak) against published "
-          "throughputs\n")
+    print("\n## The time model (6 · parameters · tokens at the rate the chapter minutes use: a T4's published rate, "
+          "else 30 % of the datasheet peak) against published throughputs\n")
     print(markdown_table(throughput_comparison(), floatfmt=".2f"))
     print("\nSources:\n" + "\n".join(f"- {key}: {title}, {url}" for key, (title, url) in SOURCES.items()))
 

@@ -25,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 DRY_RUN_ENV = {  # the GPU profile's code paths at sizes a CPU runs in seconds (the model must exist offline)
     "BERTMEM_PROFILE": "gpu", "BERTMEM_DEVICE": "cpu", "BERTMEM_MODEL_ID": "sentence-transformers/all-MiniLM-L6-v2",
-    "BERTMEM_MAX_LENGTH": "64", "BERTMEM_TRAIN_SIZE": "16", "BERTMEM_EVAL_SIZE": "16", "BERTMEM_BATCH_SIZE": "4",
+    "BERTMEM_MAX_LENGTH": "64", "BERTMEM_TRAIN_SIZE": "16", "BERTMEM_EVAL_SIZE": "16", "BERTMEM_MICRO_BATCH": "4",
     "BERTMEM_EFFECTIVE_BATCH": "8",
     "CUDA_VISIBLE_DEVICES": ""}  # no GPU for the kernel even on a machine that has one
 PROBE = """import json as _json, platform as _platform, torch as _torch, transformers as _transformers
@@ -72,10 +72,10 @@ def planner_estimate(profile) -> dict:
 
     device = "cuda" if profile.device.startswith("cuda") else "cpu"
     precision = choose_precision("auto", device, verbose=False).precision
-    report = estimate_step_memory(profile.model_id, profile.batch_size, profile.max_length, precision=precision,
+    report = estimate_step_memory(profile.model_id, profile.micro_batch, profile.max_length, precision=precision,
                                   device=device)
     return {"estimate_step_peak_bytes": report.step_peak, "estimate_peak_phase": report.peak_phase,
-            "estimate_precision": precision, "estimate_batch": profile.batch_size,
+            "estimate_precision": precision, "estimate_batch": profile.micro_batch,
             "estimate_max_length": profile.max_length}
 
 

@@ -69,10 +69,10 @@ def test_token_weighting_uses_labelled_tokens():
 
 
 def test_steps_per_epoch_and_warmup_count_optimizer_steps():
-    plan = AccumulationPlan(micro_batch_size=8, accumulation_steps=4, dataset_size=100)
-    assert (plan.micro_batches_per_epoch, plan.optimizer_steps_per_epoch, plan.effective_batch_size) == (13, 4, 32)
+    plan = AccumulationPlan(micro_batch=8, accumulation_steps=4, dataset_size=100)
+    assert (plan.micro_batches_per_epoch, plan.optimizer_steps_per_epoch, plan.effective_batch) == (13, 4, 32)
     assert plan.warmup_steps(epochs=3, warmup_ratio=0.1) == 2  # ceil(0.1 × 12)
-    assert plan_for(target_batch=32, fits=12, dataset_size=100) == AccumulationPlan(8, 4, 100)
+    assert plan_for(effective_batch=32, fits=12, dataset_size=100) == AccumulationPlan(8, 4, 100)
     with pytest.raises(ValueError):
         AccumulationPlan(8, 0, 100)
 

@@ -8,7 +8,7 @@ from bertmem.bench_info import recorded_bench
 
 def bench_row(variant, seed, correct, step=1.0):
     """One variant's row of one round, as `run_variant` writes it."""
-    return {"variant": variant, "seed": seed, "step_times_s": [step] * 4, "examples per step": 8,
+    return {"variant": variant, "seed": seed, "step_times_s": [step] * 4, "effective batch": 8,
             "median step (s)": step, "time per epoch (s)": 4 * step, "activations (MiB)": 10.0,
             "accuracy": sum(correct) / len(correct), "macro-F1": 0.7, "test examples": len(correct),
             "correct": correct}

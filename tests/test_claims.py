@@ -89,3 +89,42 @@ def test_the_causal_claims_list_names_a_cell_or_source_for_each_claim():
         for notebook in re.findall(r"((?:\d\d|A\d)_\w+\.ipynb)", support):
             assert (BOOK / notebook).exists(), row
 
+
+
+def one_class_rows(notebook: dict) -> list[str]:
+    """Rows of Markdown tables in a notebook's outputs whose macro-F1 column is at most 0.5 (two classes)."""
+    found = []
+    for cell in notebook["cells"]:
+        for output in cell.get("outputs", []):
+            lines = "".join(output.get("data", {}).get("text/markdown", "")).splitlines()
+            header = []
+            for line in lines:
+                cells = [c.strip() for c in line.strip().strip("|").split("|")]
+                if not line.startswith("|"):
+                    header = []
+                elif not header:
+                    header = cells
+                elif not set(line) <= set("|-: "):
+                    for name, value in zip(header, cells):
+                        number = re.match(r"[0-9.]+", value)
+                        if name.startswith("macro-F1") and "std" not in name and number and \
+                                float(number.group(0)) <= 0.5:
+                            found.append(f"{cells[0]}: {name} {value}")
+    return found
+
+
+def test_no_committed_table_holds_a_one_class_predictor():
+    """A two-class run at macro-F1 ≤ 0.5 predicts (nearly) one class: a collapsed run, not a result."""
+    problems = []
+    for path in sorted(BOOK.glob("*.ipynb")):
+        problems += [f"{path.name} {p}" for p in one_class_rows(json.loads(path.read_text(encoding="utf-8")))]
+    assert not problems, "one-class rows: " + "; ".join(problems)
+
+
+def test_the_one_class_check_reads_tables_and_can_fail():
+    table = "| variant | accuracy | macro-F1 | macro-F1 std |\n|---|---|---|---|\n| a | 0.80 | 0.79 | 0.30 |\n"
+    notebook = {"cells": [{"outputs": [{"data": {"text/markdown": table}}]}]}
+    assert one_class_rows(notebook) == []
+    collapsed = table + "| b | 0.51 | 0.36 | 0.01 |\n"
+    notebook = {"cells": [{"outputs": [{"data": {"text/markdown": collapsed}}]}]}
+    assert one_class_rows(notebook) == ["b: macro-F1 0.36"]

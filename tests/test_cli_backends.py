@@ -154,7 +154,7 @@ def test_two_processes_under_accelerate_launch_agree_with_one(tmp_path, reviews_
               "--main_process_port", "29531",
               "-m", "bertmem"]
     common = ["--precision", "fp32", "--backend", "accelerate", "--no-group-by-length", "--accumulation-steps", "2"]
-    two = subprocess.run(launch + cli_args(reviews_csv, tmp_path / "two", *common, "--batch-size", "4"),
+    two = subprocess.run(launch + cli_args(reviews_csv, tmp_path / "two", *common, "--micro-batch", "4"),
                          env=env, capture_output=True, text=True, timeout=300)
     assert two.returncode == 0, two.stderr[-3000:]
     ranks = [json.loads((tmp_path / "two" / f"rank{r}.json").read_text()) for r in (0, 1)]
@@ -176,7 +176,7 @@ def test_fsdp_on_two_cpu_processes_shards_weights_and_adam_state(tmp_path, revie
         launch = [sys.executable, "-m", "accelerate.commands.launch", *flags, "--num_processes", "2",
                   "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
                   "--main_process_port", "29533", "-m", "bertmem"]
-        done = subprocess.run(launch + cli_args(reviews_csv, tmp_path / name, *common, "--batch-size", "4"),
+        done = subprocess.run(launch + cli_args(reviews_csv, tmp_path / name, *common, "--micro-batch", "4"),
                               env=env, capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stderr[-3000:]
         per_strategy[name] = [json.loads((tmp_path / name / f"rank{r}.json").read_text()) for r in (0, 1)]
@@ -188,7 +188,7 @@ def test_fsdp_on_two_cpu_processes_shards_weights_and_adam_state(tmp_path, revie
 
 @pytest.mark.slow
 def test_bench_runs_every_variant_and_writes_tables(tmp_path, plain_csv, capsys):
-    bench = BenchConfig(model="tiny-bert", dataset=str(plain_csv), train_size=48, eval_size=16, max_length=32,
+    bench = BenchConfig(model_id="tiny-bert", dataset=str(plain_csv), train_size=48, eval_size=16, max_length=32,
                         effective_batch=8, learning_rate=1e-3, progress=False, seeds=(0, 1))
     result = run_bench(bench)
     assert "precision:" not in capsys.readouterr().out  # 'auto' resolved once per variant, quietly
@@ -203,7 +203,7 @@ def test_bench_runs_every_variant_and_writes_tables(tmp_path, plain_csv, capsys)
     assert smallest["weights+grads+Adam (MiB)"] < 0.5 * ckpt["weights+grads+Adam (MiB)"]  # LoRA: few trained
     assert [r["variant"] for r in result["rounds"][1]] == list(bench.variants)
     full = rows["full recipe"]
-    assert full["seeds"] == 2 and len(full["accuracies"]) == 2 and full["accuracy std"] >= 0
+    assert full["seed count"] == 2 and len(full["accuracies"]) == 2 and full["accuracy std"] >= 0
     assert full["median step (s)"] > 0 and full["examples/s"] == pytest.approx(8 / full["median step (s)"])
     assert "within noise" in full["accuracy Δ vs noise"] or "larger than the noise" in full["accuracy Δ vs noise"]
     assert len(result["matmul_tflops_per_round"]) == 2
@@ -214,20 +214,20 @@ def test_bench_runs_every_variant_and_writes_tables(tmp_path, plain_csv, capsys)
 
 
 def test_bench_variants_add_one_idea_each():
-    bench = BenchConfig(model="m", effective_batch=32)
+    bench = BenchConfig(model_id="m", effective_batch=32)
     base_run, base_data, base = variant_settings(bench, "fp32 baseline")
     _, acc_data, acc = variant_settings(bench, "accumulation ×4")
     _, mixed_data, mixed = variant_settings(bench, "mixed precision + accumulation")
     full_run, full_data, full = variant_settings(bench, "full recipe")
-    assert (base_data.batch_size, base.accumulation_steps) == (32, 1)
-    assert (acc_data.batch_size, acc.accumulation_steps) == (8, 4) and acc.precision == "fp32"
+    assert (base_data.micro_batch, base.accumulation_steps) == (32, 1)
+    assert (acc_data.micro_batch, acc.accumulation_steps) == (8, 4) and acc.precision == "fp32"
     assert base_data.pad_to_max_length and base_run.attention == "eager" and base.layerwise_decay is None
     assert base.warmup_ratio == 0.1  # every variant warms up: the rows differ only in their levers
     assert dataclasses.replace(acc, precision="auto") == mixed and mixed_data == acc_data  # one idea: precision
     assert full_data.group_by_length and full_run.attention == "sdpa" and full.warmup_ratio == 0.1
     assert full.layerwise_decay == 0.95 and full.precision == "auto"
     with pytest.raises(ValueError, match="multiple"):
-        BenchConfig(model="m", effective_batch=30, accumulation=4)
+        BenchConfig(model_id="m", effective_batch=30, accumulation_steps=4)
 
 
 def test_ratios_use_median_steps_and_judge_accuracy_against_the_noise():
@@ -250,7 +250,7 @@ def test_ratios_use_median_steps_and_judge_accuracy_against_the_noise():
 
 def test_combine_rounds_pools_steps_and_keeps_notes():
     def row(seed, accuracy, steps):
-        return {"variant": "v", "seed": seed, "accuracy": accuracy, "macro-F1": accuracy, "examples per step": 8,
+        return {"variant": "v", "seed": seed, "accuracy": accuracy, "macro-F1": accuracy, "effective batch": 8,
                 "time per epoch (s)": sum(steps), "median step (s)": 0.0, "step_times_s": steps}
     rows = combine_rounds([[row(0, 0.8, [1.0, 1.0, 9.0])], [row(1, 0.9, [1.0, 1.2, 1.1])]])
     assert rows[0]["median step (s)"] == pytest.approx(1.05)  # the 9 s hiccup does not move the median
@@ -298,7 +298,7 @@ def test_a_variant_that_runs_out_of_memory_is_reported_not_fatal(tmp_path, plain
         return real(model, batch, **kwargs)
 
     monkeypatch.setattr(bench_module, "measure_step_memory", too_big)
-    bench = BenchConfig(model="tiny-bert", dataset=str(plain_csv), train_size=24, eval_size=8, max_length=16,
+    bench = BenchConfig(model_id="tiny-bert", dataset=str(plain_csv), train_size=24, eval_size=8, max_length=16,
                         effective_batch=8, progress=False, variants=("fp32 baseline", "accumulation ×4"))
     result = run_bench(bench)
     assert [r.get("note") for r in result["rows"]] == ["out of memory", None]  # micro-batch 8 vs 2
@@ -326,7 +326,7 @@ def test_bench_marks_a_variant_that_does_not_fit_and_keeps_the_rest(plain_csv):
     from bertmem.planner import PlanRequest
 
     variants = ("fp32 baseline", "accumulation ×4", "full recipe")
-    model, _ = build_model(RunConfig(model="tiny-bert"), ["neg", "pos"], max_length=32)
+    model, _ = build_model(RunConfig(model_id="tiny-bert"), ["neg", "pos"], max_length=32)
 
     def needed(batch, attention, precision):
         peak = estimate_step_memory(model.config, batch, 32, precision=precision, attention=attention,
@@ -336,7 +336,7 @@ def test_bench_marks_a_variant_that_does_not_fit_and_keeps_the_rest(plain_csv):
     # a budget between what micro-batch 2 (accumulation rows) and micro-batch 8 (the baseline) need
     budget = (needed(2, "eager", "fp32") + needed(8, "eager", "fp32")) // 2
     assert needed(2, "sdpa", "bf16") < budget
-    bench = BenchConfig(model="tiny-bert", dataset=str(plain_csv), train_size=48, eval_size=16, max_length=32,
+    bench = BenchConfig(model_id="tiny-bert", dataset=str(plain_csv), train_size=48, eval_size=16, max_length=32,
                         effective_batch=8, learning_rate=1e-3, progress=False, variants=variants,
                         memory_bytes=budget)
     result = run_bench(bench)
@@ -360,7 +360,7 @@ def test_every_variant_of_a_seed_starts_from_the_same_classifier_head(plain_csv,
         return model, tokenizer
 
     monkeypatch.setattr(bench_module, "build_model", recording)
-    bench = BenchConfig(model="tiny-bert", dataset=str(plain_csv), train_size=16, eval_size=8, max_length=16,
+    bench = BenchConfig(model_id="tiny-bert", dataset=str(plain_csv), train_size=16, eval_size=8, max_length=16,
                         effective_batch=8, learning_rate=1e-3, progress=False, seeds=(0,))
     frames = load_frames(DataConfig(dataset=str(plain_csv), train_size=16, eval_size=8, max_length=16))
     bench_module.run_variant(bench, "fp32 baseline", frames, peak_tflops=None)
@@ -373,7 +373,7 @@ def test_a_bench_longer_than_a_chapter_says_so_before_it_starts():
     """The whole IMDb table with three seeds takes hours on a T4: say it before the GPU time starts."""
     from bertmem.bench_info import estimated_minutes, long_run_warning
 
-    full = BenchConfig(model="bert-base-uncased", train_size=None, eval_size=None, max_length=512, seeds=(0, 1, 2),
+    full = BenchConfig(model_id="bert-base-uncased", train_size=None, eval_size=None, max_length=512, seeds=(0, 1, 2),
                        device="cuda")
     warning = long_run_warning(full, "Tesla T4")
     assert warning and "hours on Tesla T4" in warning and "--seeds" in warning

@@ -78,7 +78,7 @@ def test_folder_of_split_files(tmp_path, synthetic_frame):
     (pd.DataFrame({"txt": ["a"], "label": [0]}), r"missing column\(s\) \['text'\]"),
     (pd.DataFrame({"text": ["a", "b"], "label": [0.5, 1.0]}), r"fractional labels \(0.5\) in row 0"),
     (pd.DataFrame({"text": ["a", "b"], "label": [0, 0]}), "only one class"),
-    (pd.DataFrame({"text": pd.Series([], dtype=str), "label": pd.Series([], dtype=int)}), "empty"),
+    (pd.DataFrame({"text": pd.Series([], dtype=str), "label": pd.Series([], dtype=int)}), "has no rows"),
     (pd.DataFrame({"text": ["a", "  "], "label": [0, 1]}), "empty text"),
     (pd.DataFrame({"text": ["a", None], "label": [0, 1]}), "no text in column 'text' in row 1"),
     (pd.DataFrame({"text": ["a", 5], "label": [0, 1]}), r"non-text values \(int\) in column 'text' in row 1"),
@@ -159,7 +159,7 @@ def test_build_loaders_cuts_both_splits_as_the_data_config_says():
     eval_frame = pd.DataFrame({"text": [words, "ok"], "label": [1, 0]})
     last_real_token = tokenizer(words, add_special_tokens=False)["input_ids"][-1]
     for truncation in ("head", "head+tail"):
-        data = DataConfig(max_length=32, batch_size=2, truncation=truncation)
+        data = DataConfig(max_length=32, micro_batch=2, truncation=truncation)
         loaders = build_loaders(data, tokenizer, (train_frame, eval_frame), seed=0)
         for loader in loaders:
             long = next(row for b in loader for row in b["input_ids"] if len(row) == 32)

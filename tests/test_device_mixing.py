@@ -124,7 +124,7 @@ def test_a_bench_variant_follows_the_model(tmp_path):
 
     path = tmp_path / "reviews.csv"
     pd.DataFrame(rows, columns=["text", "label"]).to_csv(path, index=False)
-    bench = BenchConfig(model="tiny-bert", dataset=str(path), train_size=24, eval_size=8, max_length=16,
+    bench = BenchConfig(model_id="tiny-bert", dataset=str(path), train_size=24, eval_size=8, max_length=16,
                         effective_batch=8, learning_rate=1e-3, progress=False, device=str(DEVICE))
     frames = load_frames(DataConfig(dataset=str(path), train_size=24, eval_size=8))
     with SecondDevice():

@@ -50,9 +50,10 @@ def test_train_defaults_a_reader_relies_on():
 
 
 def test_no_flag_is_a_prefix_of_another():
-    # --seed used to pick bench's data; with abbreviations on it would silently mean --seeds
-    args = subparser("bench").parse_args(["--seed", "4"])
-    assert args.seed == 4 and args.seeds == BenchConfig.from_profile(get_profile()).seeds
+    # bench has no --seed (train's --seed is the training seed; bench's data seed is --data-seed): with
+    # abbreviations on it would silently mean --seeds
+    with pytest.raises(SystemExit):
+        subparser("bench").parse_args(["--seed", "4"])
     with pytest.raises(SystemExit):
         subparser("train").parse_args(["--output-dir", "out", "--grad", "--lr", "1e-4"])
 
@@ -60,11 +61,11 @@ def test_no_flag_is_a_prefix_of_another():
 def test_bench_seeds_and_data_seed():
     args = subparser("bench").parse_args(["--seeds", "3", "4", "--data-seed", "2", "--no-progress"])
     bench = config_from_flags(BenchConfig, args)
-    assert bench.seeds == (3, 4) and bench.seed == 2 and bench.progress is False
+    assert bench.seeds == (3, 4) and bench.data_seed == 2 and bench.progress is False
 
 
 @pytest.mark.parametrize("flags, message", [
-    (["--batch-size", "0"], "batch_size must be >= 1"),
+    (["--micro-batch", "0"], "micro_batch and eval_batch_size must be >= 1"),
     (["--warmup-ratio", "1.5"], "warmup_ratio must be in [0, 1)"),
     (["--eval-batch-size", "0"], "eval_batch_size must be >= 1"),
 ])
@@ -87,3 +88,54 @@ def test_an_unreadable_value_names_the_flag(capsys):
         main(["train", "--output-dir", "out", "--train-size", "lots"])
     assert stop.value.code == 2
     assert "argument --train-size: 'lots' is not a valid train_size" in capsys.readouterr().err
+
+
+def test_one_name_per_idea_with_the_old_flags_as_aliases():
+    """micro_batch, accumulation_steps, learning_rate, model_id: the same words in classes, flags and JSON."""
+    new = subparser("train").parse_args(["--output-dir", "o", "--micro-batch", "4", "--learning-rate", "3e-5"])
+    old = subparser("train").parse_args(["--output-dir", "o", "--batch-size", "4", "--lr", "3e-5"])
+    assert config_from_flags(DataConfig, new) == config_from_flags(DataConfig, old)
+    assert config_from_flags(DataConfig, new).micro_batch == 4
+    assert config_from_flags(TrainConfig, old).learning_rate == 3e-5
+    bench = config_from_flags(BenchConfig, subparser("bench").parse_args(["--accumulation", "2", "--model", "m"]))
+    assert (bench.accumulation_steps, bench.model_id) == (2, "m")
+
+
+@pytest.mark.parametrize("build, old, new", [
+    (lambda: DataConfig(batch_size=4), "batch_size", "micro_batch"),
+    (lambda: RunConfig(model="m"), "model", "model_id"),
+    (lambda: BenchConfig(accumulation=2), "accumulation", "accumulation_steps"),
+    (lambda: BenchConfig(seed=1), "seed", "data_seed"),
+])
+def test_an_old_keyword_names_its_new_spelling(build, old, new):
+    with pytest.raises(TypeError, match=f"{old}= is now {new}="):
+        build()
+
+
+def test_the_old_environment_name_is_refused_with_the_new_one():
+    with pytest.raises(ValueError, match="BERTMEM_BATCH_SIZE is now BERTMEM_MICRO_BATCH"):
+        get_profile("cpu", env={"BERTMEM_BATCH_SIZE": "4"})
+    assert get_profile("cpu", env={"BERTMEM_MICRO_BATCH": "4"}).micro_batch == 4
+
+
+def test_the_plain_loops_defaults_are_the_recipes():
+    """Chapter 0's train_baseline and make_optimizer default to TrainConfig's values: one default per knob."""
+    import inspect
+
+    from bertmem.baseline import train_baseline
+    from bertmem.footprint import make_optimizer
+
+    recipe = TrainConfig()
+    loop = inspect.signature(train_baseline).parameters
+    for name in ("epochs", "learning_rate", "weight_decay", "warmup_ratio", "max_grad_norm"):
+        assert loop[name].default == getattr(recipe, name), name
+    optimizer = inspect.signature(make_optimizer).parameters
+    assert (optimizer["lr"].default, optimizer["weight_decay"].default) == (recipe.learning_rate,
+                                                                             recipe.weight_decay)
+
+
+def test_a_bad_environment_variable_is_one_line_not_a_traceback(capsys, monkeypatch):
+    monkeypatch.setenv("BERTMEM_BATCH_SIZE", "4")
+    assert main(["plan", "--json"]) == 2
+    err = capsys.readouterr().err
+    assert "BERTMEM_BATCH_SIZE is now BERTMEM_MICRO_BATCH" in err and len(err.strip().splitlines()) == 1

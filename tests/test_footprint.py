@@ -132,8 +132,8 @@ def test_recipe_rejects_bad_levers(kwargs, message):
 
 @pytest.mark.slow
 def test_the_planner_includes_the_levers():
-    base = PlanRequest(model="bert-base-uncased", memory_bytes=15 * 2**30, precision="fp16")
-    lora = PlanRequest(model="bert-base-uncased", memory_bytes=15 * 2**30, precision="fp16", lora_r=8)
+    base = PlanRequest(model_id="bert-base-uncased", memory_bytes=15 * 2**30, precision="fp16")
+    lora = PlanRequest(model_id="bert-base-uncased", memory_bytes=15 * 2**30, precision="fp16", lora_r=8)
     full_plan, lora_plan = plan_micro_batch(base), plan_micro_batch(lora)
     assert lora_plan.breakdown["optimizer state"] < full_plan.breakdown["optimizer state"] / 50
     assert lora_plan.estimated_peak_bytes < full_plan.estimated_peak_bytes
@@ -157,8 +157,8 @@ def test_levers_side_by_side_on_a_tiny_model(tmp_path, synthetic_frame):
     assert recipes["8-bit AdamW"].optimizer == "adamw8bit" and recipes["LoRA r=8"].learning_rate == 1e-2
     assert recipes["frozen lower 1 of 2 layers"].freeze_layers == 1
     chosen = {k: recipes[k] for k in (FULL, "LoRA r=8", "frozen lower 1 of 2 layers")}
-    data = DataConfig(dataset=str(path), train_size=32, eval_size=16, max_length=16, batch_size=8)
-    rows = run_levers(RunConfig(model="tiny-bert", device="cpu"), data, chosen, seeds=(0, 1))
+    data = DataConfig(dataset=str(path), train_size=32, eval_size=16, max_length=16, micro_batch=8)
+    rows = run_levers(RunConfig(model_id="tiny-bert", device="cpu"), data, chosen, seeds=(0, 1))
     by_lever = {r["lever"]: r for r in rows}
     assert list(by_lever) == list(chosen) and all(len(r["accuracies"]) == 2 for r in rows)
     assert by_lever[FULL]["trainable share"] == 1.0 and by_lever["LoRA r=8"]["trainable share"] < 0.2
@@ -184,6 +184,6 @@ def test_the_linear_guess_agrees_with_the_planner_for_bert_base():
     from bertmem.levers import FULL, estimated_lever_rows
 
     rows = {r["lever"]: r for r in estimated_lever_rows("bert-base-uncased", cards_gb=(16,))}
-    plan = plan_micro_batch(PlanRequest(model="bert-base-uncased", memory_bytes=16 * 10**9, precision="fp16",
+    plan = plan_micro_batch(PlanRequest(model_id="bert-base-uncased", memory_bytes=16 * 10**9, precision="fp16",
                                         effective_batch=1024))
     assert rows[FULL]["largest micro-batch, 16 GB"] == plan.largest_fitting_batch

@@ -206,5 +206,5 @@ def test_estimated_rows_label_the_sixteen_bit_format_a_t4_runs():
 
     with pytest.raises(ValueError, match="half must be"):
         estimated_rows(half="fp32")
-    rows = estimated_rows("bert-base-uncased", seq_len=64, effective_batch=8, accumulation=4, half="fp16")
+    rows = estimated_rows("bert-base-uncased", seq_len=64, effective_batch=8, accumulation_steps=4, half="fp16")
     assert {r["precision"] for r in rows} == {"fp32", "fp16"}

@@ -130,8 +130,9 @@ def test_chunks_decide_numbers_or_strings_from_every_label(tmp_path):
         assert chunked.attrs["label_names"] == whole.attrs["label_names"]
 
 
-def test_the_held_out_split_survives_repeated_texts(tmp_path):
-    """Copies of one text count once when rows are kept per label: holding out its copies still leaves enough."""
+def test_the_held_out_split_survives_repeated_texts(tmp_path, capsys):
+    """Copies of one text count once when rows are kept per label: holding out its copies still leaves enough;
+    the copies left out of training are counted aloud."""
     distinct = [f"positive {i}" for i in range(25)]
     smallest = min(text_hash(t) for t in distinct)
     repeated = next(t for t in (f"again {j}" for j in range(10_000)) if text_hash(t) < smallest)  # picked first
@@ -142,6 +143,8 @@ def test_the_held_out_split_survives_repeated_texts(tmp_path):
     assert len(train) == 40 and len(evaluation) == 20 and repeated in set(evaluation["text"])
     assert sorted(train["label"].value_counts()) == [20, 20], "both classes train, balanced"
     assert not set(train["text"]) & set(evaluation["text"])
+    left_out = 100 - int((evaluation["text"] == repeated).sum())
+    assert f"{left_out} rows repeat a held-out text: left out of the training rows" in capsys.readouterr().out
 
 
 def test_a_delimiter_must_be_one_character_and_tab_has_a_name(tmp_path):

@@ -22,35 +22,35 @@ def test_parse_memory_rejects_nonsense():
 
 @pytest.fixture(scope="module")
 def t4_plan():
-    return plan_micro_batch(PlanRequest(model="bert-base-uncased", max_length=512, precision="fp16",
+    return plan_micro_batch(PlanRequest(model_id="bert-base-uncased", max_length=512, precision="fp16",
                                         memory_bytes=15 * GIB, effective_batch=32, attention="eager"))
 
 
 @pytest.mark.slow
 def test_plan_is_the_largest_micro_batch_that_fits(t4_plan):
-    request = PlanRequest(model="bert-base-uncased", max_length=512, precision="fp16", memory_bytes=15 * GIB,
+    request = PlanRequest(model_id="bert-base-uncased", max_length=512, precision="fp16", memory_bytes=15 * GIB,
                           effective_batch=32, attention="eager")
     largest = t4_plan.largest_fitting_batch
     assert 1 <= largest < 32
     assert request.needed_bytes(estimate_for(request, largest).step_peak) <= request.memory_bytes
     assert request.needed_bytes(estimate_for(request, largest + 1).step_peak) > request.memory_bytes
-    assert t4_plan.micro_batch_size * t4_plan.accumulation_steps == 32
-    assert t4_plan.micro_batch_size <= largest and 32 % t4_plan.micro_batch_size == 0
+    assert t4_plan.micro_batch * t4_plan.accumulation_steps == 32
+    assert t4_plan.micro_batch <= largest and 32 % t4_plan.micro_batch == 0
     assert sum(t4_plan.breakdown.values()) == pytest.approx(t4_plan.estimated_peak_bytes, abs=2)
     assert t4_plan.breakdown["CUDA context"] == request.cuda_context_bytes
 
 
 @pytest.mark.slow
 def test_a_roomy_card_takes_the_whole_effective_batch_at_once():
-    plan = plan_micro_batch(PlanRequest(model="bert-base-uncased", max_length=128, precision="bf16",
+    plan = plan_micro_batch(PlanRequest(model_id="bert-base-uncased", max_length=128, precision="bf16",
                                         memory_bytes=80 * GIB, effective_batch=16))
-    assert (plan.micro_batch_size, plan.accumulation_steps, plan.largest_fitting_batch) == (16, 1, 16)
+    assert (plan.micro_batch, plan.accumulation_steps, plan.largest_fitting_batch) == (16, 1, 16)
 
 
 @pytest.mark.slow
 def test_too_little_memory_names_the_minimum():
     with pytest.raises(ValueError, match=r"needs at least \d+\.\d\d GiB for one example"):
-        plan_micro_batch(PlanRequest(model="bert-base-uncased", max_length=512, memory_bytes=1 * GIB))
+        plan_micro_batch(PlanRequest(model_id="bert-base-uncased", max_length=512, memory_bytes=1 * GIB))
 
 
 @pytest.mark.slow
@@ -59,7 +59,7 @@ def test_cli_plan_prints_json_and_text(capsys):
               "--memory", "4GiB", "--effective-batch", "32"]
     assert main(common + ["--json"]) == 0
     answer = json.loads(capsys.readouterr().out)
-    assert {"micro_batch_size", "accumulation_steps", "estimated_peak_bytes"} <= set(answer)
+    assert {"micro_batch", "accumulation_steps", "estimated_peak_bytes"} <= set(answer)
     assert answer["estimated_peak_bytes"] <= 4 * GIB
     assert main(common) == 0
     assert "largest micro-batch that fits" in capsys.readouterr().out
@@ -79,18 +79,22 @@ def test_cli_plan_errors_are_one_line_with_exit_2(capsys, extra, message):
 
 
 @pytest.mark.slow
-def test_a_plain_plan_answers_for_a_t4_on_a_machine_without_a_gpu(capsys, monkeypatch):
-    """`bertmem plan` with no flags: the GPU profile's model on a 16 GB T4 when no GPU is here to read."""
+def test_a_plain_plan_answers_for_a_t4_on_any_machine(capsys, monkeypatch):
+    """`bertmem plan` with no flags: the GPU profile's model on a 16 GB T4, whatever GPU this machine has;
+    `--memory auto` reads this machine's GPU, and plans for a T4 where there is none."""
     import bertmem.devices
 
-    monkeypatch.setattr(bertmem.devices, "cuda_free_bytes", lambda *a, **k: None)
+    monkeypatch.setattr(bertmem.devices, "cuda_free_bytes", lambda *a, **k: 40 * GIB)  # a large card here
     assert main(["plan", "--json"]) == 0
+    answer = json.loads(capsys.readouterr().out)
+    assert answer["memory_bytes"] == 15 * GIB and answer["request"]["model_id"] == "bert-base-uncased"
+    assert answer["request"]["max_length"] == 512 and answer["request"]["effective_batch"] == 32
+    assert main(["plan", "--memory", "auto", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["memory_bytes"] == 40 * GIB
+    monkeypatch.setattr(bertmem.devices, "cuda_free_bytes", lambda *a, **k: None)  # no GPU at all
+    assert main(["plan", "--memory", "auto", "--json"]) == 0
     out = capsys.readouterr()
-    answer = json.loads(out.out)
-    assert answer["memory_bytes"] == 15 * GIB and answer["request"]["model"] == "bert-base-uncased"
-    assert "planning for a T4" in out.err
-    assert main(["plan", "--memory", "t4", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["memory_bytes"] == answer["memory_bytes"]
+    assert json.loads(out.out)["memory_bytes"] == answer["memory_bytes"] and "planning for a T4" in out.err
 
 
 # bf16 + eager was 8-21 % off while the measured batch had no padding (transformers then skips the mask)

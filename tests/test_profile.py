@@ -34,7 +34,7 @@ def test_profile_chosen_by_environment_variable():
 
 
 @pytest.mark.parametrize("env, message", [({"BERTMEM_MAX_LENGTH": "abc"}, "BERTMEM_MAX_LENGTH"),
-                                          ({"BERTMEM_BATCH_SIZE": "0"}, "batch_size"),
+                                          ({"BERTMEM_MICRO_BATCH": "0"}, "micro_batch"),
                                           ({"BERTMEM_PROFILE": "tpu"}, "unknown profile")])
 def test_bad_overrides_are_clear_errors(env, message):
     with pytest.raises(ValueError, match=message):

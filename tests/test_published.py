@@ -51,7 +51,11 @@ def test_the_planner_is_within_ten_percent_of_published_runs_and_its_margin_is_t
     ratios = {r["step"]: float(r["planner / published"]) for r in table if r["role"] in ("fit", "held-out")}
     assert all(0.9 <= ratio <= 1.1 for ratio in ratios.values()), ratios
     disagreeing = [r["step"] for r in table if r["role"] == "check" and r["planner / published"] != "agrees"]
-    assert disagreeing == ["bert-large 8×384 fp32 adamw"]  # NVIDIA's BERT on a V100 16GB: 4 % over (the note)
+    # both on the safe side, a few percent over the card: NVIDIA's BERT code (Lambda's bench) on a V100, and
+    # GACT's checkpointed bert-large at its largest batch on a T4 (the next batch, 324, failed)
+    assert disagreeing == ["bert-large 8×384 fp32 adamw", "bert-large 308×128 fp32 adamw checkpointing"]
+    assert [r["planner / published"] for r in table if r["source"] == "GACT-ICML-T4" and r["measured"] == "oom"] \
+        == ["agrees"] * 4  # PyTorch out-of-memory boundaries: the planner never says "fits"
     assert not [r for r in table if r["planner / published"] == "says it fits"]
 
 
@@ -61,3 +65,5 @@ def test_the_time_model_against_published_throughputs():
     fp16 = [r["model / published"] for r in table if r["step"].endswith("fp16") and int(r["step"].split()[1]
                                                                                          .split("×")[0]) >= 10]
     assert all(0.75 <= ratio <= 1.15 for ratio in fp16), fp16  # large-batch fp16 runs: near the 30 % assumed
+    t4 = {r["step"]: r["model / published"] for r in table if r["source"] == "GACT-ICML-T4"}
+    assert len(t4) == 5 and all(0.85 <= ratio <= 1.15 for ratio in t4.values()), t4  # the chapters' T4 fp32 rate

@@ -91,7 +91,7 @@ def finished_run(tmp_path_factory, reviews_csv):
 
 @pytest.mark.parametrize("change, difference", [
     (["--accumulation-steps", "2"], "accumulation_steps: checkpoint 1, now 2"),
-    (["--batch-size", "4"], "batch_size: checkpoint 8, now 4"),
+    (["--micro-batch", "4"], "micro_batch: checkpoint 8, now 4"),
     (["--lr", "2e-3"], "learning_rate: checkpoint 0.001, now 0.002"),
     (["--seed", "1"], "seed: checkpoint 0, now 1"),
 ])
@@ -169,9 +169,9 @@ def test_damaged_and_foreign_checkpoints_are_one_line_errors(tmp_path):
 
 @pytest.mark.slow
 def test_same_seed_same_metrics_with_the_real_minilm(reviews_csv):
-    run = RunConfig(model=MINILM_ID, progress=False)
+    run = RunConfig(model_id=MINILM_ID, progress=False)
     data = DataConfig(dataset=str(reviews_csv), text_column="review", label_column="sentiment",
-                      train_size=16, eval_size=8, max_length=24, batch_size=8)
+                      train_size=16, eval_size=8, max_length=24, micro_batch=8)
     config = TrainConfig(learning_rate=1e-4, seed=3, max_steps=2)
     first, second = run_experiment(run, data, config), run_experiment(run, data, config)
     untimed = [[{k: v for k, v in h.items() if k != "step_time_s"} for h in r["history"]] for r in (first, second)]
@@ -330,3 +330,13 @@ def test_a_checkpoint_from_before_a_setting_existed_still_resumes():
         "truncation: checkpoint 'head', now 'head+tail'"]
     assert settings_differences(dict(older, learning_rate=2e-3), now) == [
         "learning_rate: checkpoint 0.002, now 0.001"]
+
+
+def test_a_checkpoint_from_before_the_renames_still_resumes():
+    from bertmem.checkpoint import settings_differences
+
+    now = {"model_id": "m", "micro_batch": 8, "truncation": "head"}
+    older = {"model": "m", "batch_size": 8, "micro_batch_size": 8, "truncation": "head"}  # the old spellings
+    assert settings_differences(older, now) == []
+    assert settings_differences(dict(older, batch_size=4, micro_batch_size=4), now) == [
+        "micro_batch: checkpoint 4, now 8"]

@@ -65,9 +65,9 @@ def test_full_profile_takes_hours_and_faster_cards_take_less():
 @pytest.mark.slow
 def test_gpu_profile_batch_fits_a_t4_in_fp32_by_the_planner():
     profile = get_profile("gpu", env={})
-    plan = plan_micro_batch(PlanRequest(model=profile.model_id, max_length=profile.max_length, precision="fp32",
+    plan = plan_micro_batch(PlanRequest(model_id=profile.model_id, max_length=profile.max_length, precision="fp32",
                                         memory_bytes=15 * GIB, effective_batch=profile.effective_batch))
-    assert profile.batch_size <= plan.largest_fitting_batch
+    assert profile.micro_batch <= plan.largest_fitting_batch
 
 
 def test_chapter_sizes_are_capped_by_profile_overrides():

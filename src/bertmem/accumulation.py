@@ -19,25 +19,25 @@ WEIGHTINGS = ("examples", "tokens")
 class AccumulationPlan:
     """Micro-batch, accumulation steps and the derived step counts for one epoch (chapters 2 and 6)."""
 
-    micro_batch_size: int
+    micro_batch: int
     accumulation_steps: int
     dataset_size: int
 
     def __post_init__(self) -> None:
-        for name in ("micro_batch_size", "accumulation_steps", "dataset_size"):
+        for name in ("micro_batch", "accumulation_steps", "dataset_size"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an int >= 1, got {value!r}")
 
     @property
-    def effective_batch_size(self) -> int:
+    def effective_batch(self) -> int:
         """Examples per optimizer step: micro-batch × accumulation steps."""
-        return self.micro_batch_size * self.accumulation_steps
+        return self.micro_batch * self.accumulation_steps
 
     @property
     def micro_batches_per_epoch(self) -> int:
         """Forward/backward passes per epoch (the last micro-batch may be short)."""
-        return math.ceil(self.dataset_size / self.micro_batch_size)
+        return math.ceil(self.dataset_size / self.micro_batch)
 
     @property
     def optimizer_steps_per_epoch(self) -> int:
@@ -64,14 +64,14 @@ def optimizer_steps(micro_batches: int, accumulation_steps: int, epochs: int = 1
     return per_epoch, min(total, max_steps) if max_steps else total
 
 
-def plan_for(target_batch: int, fits: int, dataset_size: int) -> AccumulationPlan:
-    """The plan reaching `target_batch` with micro-batches of at most `fits` examples (chapters 2 and 6)."""
-    if target_batch < 1 or fits < 1:
-        raise ValueError(f"target_batch and fits must be >= 1, got {target_batch} and {fits}")
-    steps = math.ceil(target_batch / fits)
-    while target_batch % steps:  # prefer an exact split: micro × steps == target
+def plan_for(effective_batch: int, fits: int, dataset_size: int) -> AccumulationPlan:
+    """The plan reaching `effective_batch` with micro-batches of at most `fits` examples (chapters 2 and 6)."""
+    if effective_batch < 1 or fits < 1:
+        raise ValueError(f"effective_batch and fits must be >= 1, got {effective_batch} and {fits}")
+    steps = math.ceil(effective_batch / fits)
+    while effective_batch % steps:  # prefer an exact split: micro × steps == target
         steps += 1
-    return AccumulationPlan(target_batch // steps, steps, dataset_size)
+    return AccumulationPlan(effective_batch // steps, steps, dataset_size)
 
 
 def split_batch(batch: dict[str, torch.Tensor], sizes: list[int]) -> list[dict[str, torch.Tensor]]:

@@ -10,13 +10,14 @@ from typing import Any
 import torch
 
 from .experiment import build_model, environment_info
+from .flags import refuse_renamed
 from .run_config import RunConfig
 from .footprint import LORA_LR_FACTOR, LORA_RANK
 from .loaders import DataConfig, build_loaders, load_frames
 from .memory import measure_step_memory
 from .stats import compare_accuracies, compare_paired, step_timing, summarize
 from .workload import matmul_tflops, model_flops_utilisation
-from .profile import MINILM_ID, Profile, parse_size, seed_everything
+from .profile import CPU_DEFAULTS as CPU, Profile, parse_size, seed_everything
 from .train import TrainConfig
 
 VARIANTS = ("fp32 baseline", "accumulation ×4", "mixed precision + accumulation", "full recipe",
@@ -33,22 +34,23 @@ SEED_TABLE = [  # the seed article's table (IMDb, RTX 3090), as printed there: n
 class BenchConfig:
     """What every variant shares: model, data, effective batch, seeds (chapter 5, `bertmem bench`)."""
 
-    model: str = field(default=MINILM_ID, metadata={"help": "Hub id, local model folder, or 'tiny-bert'"})
-    dataset: str = field(default="imdb", metadata={"help": "imdb, rotten_tomatoes, sst2, a Hub id or a file"})
-    train_size: int | None = field(default=1000, metadata={"help": "training examples, or 'all'",
+    model_id: str = field(default=CPU["model_id"], metadata={"help": "Hub id, local model folder, or 'tiny-bert'",
+                                                             "flag": "--model"})
+    dataset: str = field(default=CPU["dataset"], metadata={"help": "imdb, rotten_tomatoes, sst2, a Hub id or a file"})
+    train_size: int | None = field(default=CPU["train_size"], metadata={"help": "training examples, or 'all'",
                                                             "parse": parse_size})
-    eval_size: int | None = field(default=500, metadata={"help": "evaluation examples, or 'all'",
+    eval_size: int | None = field(default=CPU["eval_size"], metadata={"help": "evaluation examples, or 'all'",
                                                           "parse": parse_size})
-    max_length: int = field(default=256, metadata={"help": "tokens per example"})
-    effective_batch: int = field(default=16, metadata={"help": "examples per optimizer step in every variant"})
-    accumulation: int = field(default=4, metadata={
-        "help": "accumulation steps of the accumulating variants (micro-batch = effective batch / this)"})
-    learning_rate: float = field(default=1e-4, metadata={"help": "peak learning rate", "flag": "--lr"})
+    max_length: int = field(default=CPU["max_length"], metadata={"help": "tokens per example"})
+    effective_batch: int = field(default=CPU["effective_batch"], metadata={"help": "examples per optimizer step"})
+    accumulation_steps: int = field(default=4, metadata={"aliases": ("--accumulation",), "help": "micro-batches per "
+                                                         "optimizer step in the accumulating variants"})
+    learning_rate: float = field(default=CPU["learning_rate"], metadata={"help": "peak learning rate",
+                                                                       "aliases": ("--lr",)})
     layerwise_decay: float = field(default=0.95, metadata={"help": "LLRD factor of the full recipe"})
     epochs: int = field(default=1, metadata={"help": "passes over the training data"})
-    seed: int = field(default=0, metadata={
-        "help": "picks the data subset: every seed and variant sees the same examples", "flag": "--data-seed",
-        "aliases": ("--seed",)})
+    data_seed: int = field(default=0, metadata={
+        "help": "picks the data subset: every seed and variant sees the same examples"})
     seeds: tuple[int, ...] = field(default=(0,), metadata={
         "help": "training seeds, e.g. 0 1 2: one round of every variant per seed (accuracy mean ± std)",
         "parse": int, "nargs": "+"})
@@ -57,10 +59,16 @@ class BenchConfig:
     progress: bool = field(default=True, metadata={"help": "show progress bars"})
     memory_bytes: int | None = None  # budget per variant; None: the CUDA device's free memory (no limit on CPU)
 
+    def __new__(cls, *args: Any, **kwargs: Any) -> "BenchConfig":
+        """Refuse an old keyword by name, saying its new one."""
+        refuse_renamed(cls.__name__, kwargs, {"model": "model_id", "accumulation": "accumulation_steps",
+                                              "seed": "data_seed"})
+        return super().__new__(cls)
+
     def __post_init__(self) -> None:
-        if self.effective_batch % self.accumulation:
-            raise ValueError(f"effective_batch {self.effective_batch} must be a multiple of accumulation "
-                             f"{self.accumulation} so every variant sees the same effective batch")
+        if self.effective_batch % self.accumulation_steps:
+            raise ValueError(f"effective_batch {self.effective_batch} must be a multiple of accumulation_steps "
+                             f"{self.accumulation_steps} so every variant sees the same effective batch")
         if not self.seeds or len(set(self.seeds)) != len(self.seeds):
             raise ValueError(f"seeds must be distinct and at least one, got {self.seeds}")
         unknown = [v for v in self.variants if v not in VARIANTS]
@@ -75,7 +83,7 @@ class BenchConfig:
         paired interval of "recipe − baseline" narrows with the square root of their number.
         """
         eval_size = None if profile.eval_size is None else 2 * profile.eval_size
-        values = dict(model=profile.model_id, dataset=profile.dataset, train_size=profile.train_size,
+        values = dict(model_id=profile.model_id, dataset=profile.dataset, train_size=profile.train_size,
                       eval_size=eval_size, max_length=profile.max_length,
                       effective_batch=profile.effective_batch, learning_rate=profile.learning_rate,
                       epochs=profile.epochs, device=profile.device, seeds=(0, 1, 2))
@@ -93,15 +101,15 @@ def variant_settings(bench: BenchConfig, variant: str, seed: int | None = None) 
     if variant not in VARIANTS:
         raise ValueError(f"unknown variant {variant!r}: choose from {VARIANTS}")
     seed = bench.seeds[0] if seed is None else seed
-    run = RunConfig(model=bench.model, attention="eager", device=bench.device, progress=bench.progress)
+    run = RunConfig(model_id=bench.model_id, attention="eager", device=bench.device, progress=bench.progress)
     data = DataConfig(dataset=bench.dataset, train_size=bench.train_size, eval_size=bench.eval_size,
-                      max_length=bench.max_length, batch_size=bench.effective_batch, group_by_length=False,
-                      pad_to_max_length=True, data_seed=bench.seed)
+                      max_length=bench.max_length, micro_batch=bench.effective_batch, group_by_length=False,
+                      pad_to_max_length=True, data_seed=bench.data_seed)
     # every variant warms up (chapter 6), so the rows differ only in the levers below
     recipe = TrainConfig(epochs=bench.epochs, learning_rate=bench.learning_rate, seed=seed, warmup_ratio=0.1)
     steps = {  # what each variant changes, in order: (run, data, recipe) overrides
-        "accumulation ×4": ({}, {"batch_size": bench.effective_batch // bench.accumulation},
-                            {"accumulation_steps": bench.accumulation}),
+        "accumulation ×4": ({}, {"micro_batch": bench.effective_batch // bench.accumulation_steps},
+                            {"accumulation_steps": bench.accumulation_steps}),
         "mixed precision + accumulation": ({}, {}, {"precision": "auto"}),
         "full recipe": ({"attention": "sdpa"}, {"group_by_length": True, "pad_to_max_length": False},
                         {"layerwise_decay": bench.layerwise_decay}),
@@ -130,7 +138,7 @@ def fit_check(bench: BenchConfig, model, run: RunConfig, data: DataConfig, confi
     from .planner import PlanRequest
 
     kernels = "cuda" if run.device.startswith("cuda") else "cpu"
-    request = PlanRequest(model=run.model, max_length=data.max_length, kernels=kernels)
+    request = PlanRequest(model_id=run.model_id, max_length=data.max_length, kernels=kernels)
     budget = bench.memory_bytes
     if budget is None:
         from .devices import cuda_free_bytes
@@ -140,7 +148,7 @@ def fit_check(bench: BenchConfig, model, run: RunConfig, data: DataConfig, confi
         request = dataclasses.replace(request, cuda_context_bytes=0)
     if budget is None:
         return None
-    peak = estimate_step_memory(model.config, data.batch_size, data.max_length, precision=precision,
+    peak = estimate_step_memory(model.config, data.micro_batch, data.max_length, precision=precision,
                                 attention=run.attention, gradient_checkpointing=config.gradient_checkpointing,
                                 device=kernels).step_peak
     needed = request.needed_bytes(peak)
@@ -168,7 +176,7 @@ def run_variant(bench: BenchConfig, variant: str, frames, peak_tflops: dict[str,
     loader, eval_loader = build_loaders(data, tokenizer, frames, seed=config.seed)
     precision = choose_precision(config.precision, torch.device(run.device).type, verbose=False).precision
     config = dataclasses.replace(config, precision=precision)  # resolved once: train() need not announce it
-    row = {"variant": variant, "micro-batch": data.batch_size, "accumulation": config.accumulation_steps,
+    row = {"variant": variant, "micro-batch": data.micro_batch, "accumulation steps": config.accumulation_steps,
            "precision": precision, "attention": run.attention,
            "padding": "dynamic, length-grouped" if data.group_by_length else f"to {data.max_length}"}
     verdict = fit_check(bench, model, run, data, config, precision)  # before the model takes memory on the device
@@ -197,7 +205,7 @@ def run_variant(bench: BenchConfig, variant: str, frames, peak_tflops: dict[str,
     times = [h["step_time_s"] for h in result.history]
     kept = times[2:] if len(times) > 2 else times  # the first steps pay for allocation and warm caches
     timing = step_timing(kept, warmup=0)
-    row.update({"seed": config.seed, "step_times_s": kept, "examples per step": bench.effective_batch,
+    row.update({"seed": config.seed, "step_times_s": kept, "effective batch": bench.effective_batch,
                 "median step (s)": timing.median_s, "step spread (IQR / median)": timing.spread,
                 "activations (MiB)": report.activations / 2**20,
                 # fp32 weights, plus a gradient and two Adam moments per trainable parameter
@@ -226,9 +234,9 @@ def combine_rounds(rounds: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
         timing = step_timing([t for r in runs for t in r["step_times_s"]], warmup=0)
         accuracy, f1 = summarize([r["accuracy"] for r in runs]), summarize([r["macro-F1"] for r in runs])
         compute = [sum(r["step_times_s"]) for r in runs]  # each round's training compute after warm-up
-        row.update({"seeds": len(runs), "median step (s)": timing.median_s,
+        row.update({"seed count": len(runs), "median step (s)": timing.median_s,
                     "step spread (IQR / median)": timing.spread,
-                    "examples/s": row["examples per step"] / timing.median_s,
+                    "examples/s": row["effective batch"] / timing.median_s,
                     "time per epoch (s)": summarize([r["time per epoch (s)"] for r in runs]).mean,
                     "accuracy": accuracy.mean, "accuracy std": accuracy.std, "macro-F1": f1.mean,
                     "macro-F1 std": f1.std, "accuracies": [r["accuracy"] for r in runs],

@@ -19,7 +19,7 @@ def estimated_minutes(bench: BenchConfig, card=None) -> float:
     from .workload import CARDS, ChapterSizes, Run, run_seconds
 
     sizes = ChapterSizes(bench.dataset, bench.train_size, bench.eval_size, bench.max_length)
-    params, seconds = parameter_count(bench.model), 0.0
+    params, seconds = parameter_count(bench.model_id), 0.0
     for variant in bench.variants:
         recipe = variant_settings(bench, variant)[2]
         run = Run(sizes, epochs=bench.epochs, repeats=len(bench.seeds), precision=recipe.precision,

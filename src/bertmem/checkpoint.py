@@ -23,6 +23,8 @@ SAFE_TO_CHANGE = frozenset({"progress", "checkpoint_every", "checkpoint_dir", "r
                             "save_model", "backend", "eval_dataset", "eval_size", "eval_batch_size", "overwrite"})
 # Settings added after a checkpoint format, with the value every run before them had: an older checkpoint resumes.
 ADDED_SETTINGS = {"truncation": "head"}
+# Settings renamed since (one name per idea): an older checkpoint's keys are read under their new names.
+RENAMED_SETTINGS = {"model": "model_id", "batch_size": "micro_batch", "micro_batch_size": "micro_batch"}
 
 
 class CheckpointError(ValueError):
@@ -108,6 +110,7 @@ def load_checkpoint(folder: str | os.PathLike) -> dict[str, Any]:
 
 def settings_differences(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
     """Each setting that differs between a checkpoint and this run and is not safe to change (chapter 5)."""
+    saved = {RENAMED_SETTINGS.get(k, k): v for k, v in saved.items()}
     saved = {**{k: v for k, v in ADDED_SETTINGS.items() if k in current}, **saved}
     keys = sorted((set(saved) | set(current)) - SAFE_TO_CHANGE)
     return [f"{key}: checkpoint {saved.get(key)!r}, now {current.get(key)!r}"

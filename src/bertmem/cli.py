@@ -37,7 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--no-estimate", action="store_true", help="skip the estimated bert-base table")
     p = sub.add_parser("plan", allow_abbrev=False,
                        help="the largest micro-batch that fits a memory budget (estimated, no GPU needed)")
-    add_config_flags(p, PlanRequest)
+    planned = profile if profile.device.startswith("cuda") else get_profile("gpu")  # what a GPU would run
+    add_config_flags(p, PlanRequest, PlanRequest.from_profile(planned))
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     return parser
 
@@ -108,7 +109,11 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the `bertmem` console script: bad arguments exit 2, an interrupted run 130/143, one line each."""
     from .interrupts import TrainingInterrupted, sigterm_interrupts
 
-    parser = build_parser()  # get_profile() inside also quiets third-party import notices
+    try:
+        parser = build_parser()  # get_profile() inside also quiets third-party import notices
+    except ValueError as err:  # a bad BERTMEM_* variable: one line, not a traceback
+        print(f"bertmem: error: {err}", file=sys.stderr)
+        return 2
     args = parser.parse_args(argv)
     try:
         with sigterm_interrupts():  # also while data and model load: no traceback on SIGTERM

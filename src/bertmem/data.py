@@ -89,7 +89,8 @@ def prepare_frame(
     if not isinstance(raw, pd.DataFrame):
         raise TypeError(f"expected a pandas DataFrame, got {type(raw).__name__}")
     if len(raw) == 0:
-        raise ValueError("the split is empty: check the file or split name")
+        raise ValueError("the split has no rows: check that the export wrote its rows, "
+                         "or pass another file or split name")
     text_column = find_column(raw, text_column, "text_column")  # or 'Text', ' text '
     label_column = find_column(raw, label_column, "label_column")
     texts = checked_texts(raw[text_column])  # refuses missing, non-text and empty texts

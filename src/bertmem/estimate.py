@@ -211,7 +211,7 @@ def peak_line(config_or_model_id, seq_len: int, **kwargs) -> tuple[float, float]
 
 
 def estimated_rows(model: str = "bert-base-uncased", seq_len: int = 512, effective_batch: int = 32,
-                   accumulation: int = 4, half: str = "bf16") -> list[dict[str, Any]]:
+                   accumulation_steps: int = 4, half: str = "bf16") -> list[dict[str, Any]]:
     """The variants for a CUDA GPU, estimated with FakeTensorMode (no GPU needed), with 16/24 GB fits (chapter 5).
 
     The peak is the most memory alive at one moment of a steady-state step (the timeline), not the sum of
@@ -222,7 +222,7 @@ def estimated_rows(model: str = "bert-base-uncased", seq_len: int = 512, effecti
         raise ValueError(f"half must be 'bf16' or 'fp16', got {half!r}")
     from .footprint import LORA_RANK
 
-    micro = effective_batch // accumulation
+    micro = effective_batch // accumulation_steps
     specs = {"fp32 baseline": (effective_batch, "eager", "fp32", False, None),
              "accumulation ×4": (micro, "eager", "fp32", False, None),
              "mixed precision + accumulation": (micro, "eager", half, False, None),

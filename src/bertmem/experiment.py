@@ -23,8 +23,8 @@ from .train import TrainConfig, TrainResult, train
 
 
 def build_model(run: RunConfig, label_names: list[str], max_length: int = 512):
-    """The classifier for run.model (a Hub id, folder, or 'tiny-bert') and its tokenizer (chapter 5)."""
-    if run.model == TINY_MODEL:
+    """The classifier for run.model_id (a Hub id, folder, or 'tiny-bert') and its tokenizer (chapter 5)."""
+    if run.model_id == TINY_MODEL:
         tokenizer = load_tokenizer(MINILM_ID)
         config = tiny_bert_config(vocab_size=tokenizer.vocab_size, num_labels=len(label_names),
                                   max_position_embeddings=max(128, max_length), hidden_dropout_prob=0.0,
@@ -32,7 +32,7 @@ def build_model(run: RunConfig, label_names: list[str], max_length: int = 512):
                                   id2label=dict(enumerate(label_names)),
                                   label2id={n: i for i, n in enumerate(label_names)})
         return classifier_from_config(config, run.attention), tokenizer
-    return load_classifier(run.model, len(label_names), run.attention, label_names), load_tokenizer(run.model)
+    return load_classifier(run.model_id, len(label_names), run.attention, label_names), load_tokenizer(run.model_id)
 
 
 def environment_info() -> dict[str, Any]:
@@ -118,10 +118,10 @@ def prepare_output_dir(run: RunConfig) -> Path:
     folder = Path(run.output_dir).expanduser()
     if folder.exists() and not folder.is_dir():
         raise ValueError(f"output_dir {folder} is a file, not a folder: choose another --output-dir")
-    model_dir = Path(run.model).expanduser()
+    model_dir = Path(run.model_id).expanduser()
     inside = folder.resolve() in (model_dir.resolve(), *model_dir.resolve().parents)
     if model_dir.is_dir() and inside:
-        raise ValueError(f"output_dir {folder} holds the model being fine-tuned ({run.model}): writing results "
+        raise ValueError(f"output_dir {folder} holds the model being fine-tuned ({run.model_id}): writing results "
                          "there would replace its files; choose another --output-dir")
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -161,7 +161,7 @@ def write_outputs(folder: Path, run: RunConfig, data: DataConfig, config: TrainC
 
     ax = Figure(figsize=(7, 3.5)).subplots()
     result.plot(ax=ax, smooth=max(1, min(10, len(result.history) // 5)))
-    ax.set_title(f"{run.model} on {Path(data.dataset).name}")
+    ax.set_title(f"{run.model_id} on {Path(data.dataset).name}")
     ax.figure.savefig(folder / "loss.png", dpi=120, bbox_inches="tight")
     if run.save_model:
         model = getattr(model, "module", model)

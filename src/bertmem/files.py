@@ -241,7 +241,7 @@ def read_chunks(path: Path, encoding: str | None = None, delimiter: str | None =
     if not path.is_file():
         raise FileNotFoundError(f"no such file: {path}")
     if path.stat().st_size == 0:
-        raise ValueError(f"{path.name} is empty (0 bytes)")
+        raise ValueError(f"{path.name} is empty (0 bytes): check that the export finished, or pass another file")
     report = report or ReadReport(path, "")
     report.path = path
     report.delimiter = delimiter

@@ -82,3 +82,11 @@ def config_from_flags(cls, args: argparse.Namespace, **fixed):
     values = {f.name: getattr(args, f.name) for f in flag_fields(cls) if hasattr(args, f.name)}
     values = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}  # nargs: frozen tuples
     return cls(**{**values, **fixed})
+
+
+def refuse_renamed(cls_name: str, kwargs: dict[str, Any], renamed: dict[str, str]) -> None:
+    """A TypeError naming the new spelling of each renamed keyword, instead of a bare 'unexpected keyword'."""
+    old = [name for name in renamed if name in kwargs]
+    if old:
+        raise TypeError(f"{cls_name}: " + "; ".join(f"{name}= is now {renamed[name]}=" for name in old)
+                        + " (one name per idea across classes, flags and JSON)")

@@ -14,7 +14,7 @@ from .run_config import RunConfig
 
 
 def trainer_first_step(model_fn: Callable[[], torch.nn.Module], batch: dict[str, torch.Tensor],
-                       micro_batch_size: int, accumulation_steps: int, workaround: bool = False,
+                       micro_batch: int, accumulation_steps: int, workaround: bool = False,
                        seed: int = 0) -> dict[str, float]:
     """Loss and pre-clipping grad norm that `transformers.Trainer` logs for its first optimizer step (chapter 2).
 
@@ -25,11 +25,11 @@ def trainer_first_step(model_fn: Callable[[], torch.nn.Module], batch: dict[str,
     from transformers import Trainer, TrainingArguments
 
     n = len(batch["labels"])
-    if micro_batch_size * accumulation_steps != n:
-        raise ValueError(f"micro_batch_size × accumulation_steps must equal the batch ({n}), "
-                         f"got {micro_batch_size} × {accumulation_steps}")
+    if micro_batch * accumulation_steps != n:
+        raise ValueError(f"micro_batch × accumulation_steps must equal the batch ({n}), "
+                         f"got {micro_batch} × {accumulation_steps}")
     data = Dataset.from_dict({k: v.tolist() for k, v in batch.items()})
-    args = TrainingArguments(output_dir=tempfile.mkdtemp(), per_device_train_batch_size=micro_batch_size,
+    args = TrainingArguments(output_dir=tempfile.mkdtemp(), per_device_train_batch_size=micro_batch,
                              gradient_accumulation_steps=accumulation_steps, max_steps=1, logging_steps=1,
                              report_to="none", use_cpu=not torch.cuda.is_available(), disable_tqdm=True,
                              save_strategy="no", max_grad_norm=1e9, dataloader_drop_last=False)

@@ -137,7 +137,7 @@ def estimated_lever_rows(model: str = "bert-base-uncased", seq_len: int = 512, m
     levers = {FULL: {}, "8-bit AdamW": {"optimizer": "adamw8bit"}, "Adafactor": {"optimizer": "adafactor"},
               f"frozen lower {layers // 2} of {layers} layers": {"freeze_layers": layers // 2},
               f"LoRA r={LORA_RANK}": {"lora_r": LORA_RANK}}
-    margin = PlanRequest(model=model, max_length=seq_len)
+    margin = PlanRequest(model_id=model, max_length=seq_len)
     rows, lines = [], {}
     for lever, kwargs in levers.items():
         one, two = (estimate_step_memory(config, b, seq_len, precision=precision, attention="sdpa", **kwargs)

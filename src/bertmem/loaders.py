@@ -9,20 +9,21 @@ call, so they tokenize, pad and evaluate the same way.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from torch.utils.data import DataLoader
 
 from .data import (EVAL_SPLITS, HUB_IDS, TRUNCATIONS, load_text_classification, make_loader, split_file,
                    subsample, tokenize_frame)
-from .profile import Profile, check_subset_sizes, parse_size
+from .flags import refuse_renamed
+from .profile import CPU_DEFAULTS as CPU, Profile, check_subset_sizes, parse_size
 
 
 @dataclass(frozen=True)
 class DataConfig:
     """What the data is: source, columns, subset sizes, tokens, truncation, micro-batch, padding (ch. 0, 5, A1)."""
 
-    dataset: str = field(default="imdb", metadata={
+    dataset: str = field(default=CPU["dataset"], metadata={
         "help": "imdb, rotten_tomatoes, sst2, a Hub id, or a CSV/JSON/Parquet file"})
     eval_dataset: str | None = field(default=None, metadata={
         "help": "file or dataset to evaluate on (default: the eval split, or rows held out of a file)"})
@@ -32,15 +33,16 @@ class DataConfig:
         "help": "a file's text encoding, e.g. cp1252 (default: from its byte-order mark, else UTF-8)"})
     delimiter: str | None = field(default=None, metadata={
         "help": "a delimited file's delimiter (default: tab for .tsv, else the one that splits the header)"})
-    train_size: int | None = field(default=1000, metadata={
+    train_size: int | None = field(default=CPU["train_size"], metadata={
         "help": "training examples, or 'all'", "parse": parse_size})
-    eval_size: int | None = field(default=500, metadata={
+    eval_size: int | None = field(default=CPU["eval_size"], metadata={
         "help": "evaluation examples, or 'all'", "parse": parse_size})
-    max_length: int = field(default=256, metadata={"help": "tokens per example (longer ones are cut)"})
+    max_length: int = field(default=CPU["max_length"], metadata={"help": "tokens per example (longer ones are cut)"})
     truncation: str = field(default="head", metadata={
         "help": "what a cut keeps: head (the first tokens) or head+tail (a quarter from the start, the rest "
                 "from the end) (chapter 6)", "choices": TRUNCATIONS})
-    batch_size: int = field(default=8, metadata={"help": "micro-batch (per process under Accelerate)"})
+    micro_batch: int = field(default=CPU["micro_batch"], metadata={
+        "help": "examples per forward and backward pass (per process under Accelerate)", "aliases": ("--batch-size",)})
     eval_batch_size: int | None = field(default=None, metadata={
         "help": "examples per evaluation batch (default: twice the micro-batch)"})
     group_by_length: bool = field(default=True, metadata={
@@ -50,11 +52,16 @@ class DataConfig:
     data_seed: int = field(default=0, metadata={
         "help": "which examples the subsets take (hash-chosen); the training seed is --seed"})
 
+    def __new__(cls, *args: Any, **kwargs: Any) -> "DataConfig":
+        """Refuse an old keyword by name, saying its new one."""
+        refuse_renamed(cls.__name__, kwargs, {"batch_size": "micro_batch"})
+        return super().__new__(cls)
+
     def __post_init__(self) -> None:
         if self.max_length < 8:
             raise ValueError(f"max_length must be >= 8, got {self.max_length}")
-        if self.batch_size < 1 or (self.eval_batch_size is not None and self.eval_batch_size < 1):
-            raise ValueError(f"batch_size and eval_batch_size must be >= 1, got {self.batch_size} and "
+        if self.micro_batch < 1 or (self.eval_batch_size is not None and self.eval_batch_size < 1):
+            raise ValueError(f"micro_batch and eval_batch_size must be >= 1, got {self.micro_batch} and "
                              f"{self.eval_batch_size}")
         check_subset_sizes(train_size=self.train_size, eval_size=self.eval_size)
         if self.truncation not in TRUNCATIONS:
@@ -66,7 +73,7 @@ class DataConfig:
     def from_profile(cls, profile: Profile, **overrides) -> "DataConfig":
         """The profile's data: its dataset, subset sizes, tokens and micro-batch (all chapters)."""
         values = dict(dataset=profile.dataset, train_size=profile.train_size, eval_size=profile.eval_size,
-                      max_length=profile.max_length, batch_size=profile.batch_size)
+                      max_length=profile.max_length, micro_batch=profile.micro_batch)
         return cls(**{**values, **overrides})
 
 
@@ -103,8 +110,12 @@ def load_frames(data: DataConfig) -> tuple:
         raise ValueError(f"{data.dataset} has {rows} rows: too few to hold out {held} for evaluation; "
                          "pass eval_dataset or a smaller eval_size")
     eval_frame = subsample(everything, held, seed=data.data_seed)
-    rest = everything[~everything["text"].isin(set(eval_frame["text"]))].reset_index(drop=True)
-    rest.attrs = dict(everything.attrs)
+    repeats = everything["text"].isin(set(eval_frame["text"]))
+    rest = everything[~repeats].reset_index(drop=True)
+    rest.attrs = dict(everything.attrs, repeats_left_out=int(repeats.sum() - len(eval_frame)))
+    if rest.attrs["repeats_left_out"]:  # counted, never dropped silently
+        print(f"{rest.attrs['repeats_left_out']} rows repeat a held-out text: left out of the training rows, "
+              "so no evaluation text is trained on")
     lost = sorted(set(everything["label"]) - set(rest["label"]))
     if lost:  # every row of these classes repeats a held-out text: training would silently miss them
         names = [everything.attrs["label_names"][i] for i in lost]
@@ -127,8 +138,8 @@ def build_loaders(data: DataConfig, tokenizer, frames=None, seed: int = 0) -> Lo
     train_frame, eval_frame = frames if frames is not None else load_frames(data)
     pad = data.max_length if data.pad_to_max_length else None
     train = make_loader(tokenize_frame(train_frame, tokenizer, data.max_length, data.truncation), tokenizer,
-                        data.batch_size, shuffle=True, seed=seed, group_by_length=data.group_by_length,
+                        data.micro_batch, shuffle=True, seed=seed, group_by_length=data.group_by_length,
                         pad_to_max_length=pad)
     evaluation = make_loader(tokenize_frame(eval_frame, tokenizer, data.max_length, data.truncation), tokenizer,
-                             data.eval_batch_size or 2 * data.batch_size, group_by_length=True)
+                             data.eval_batch_size or 2 * data.micro_batch, group_by_length=True)
     return Loaders(train, evaluation)

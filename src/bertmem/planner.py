@@ -11,7 +11,9 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from .flags import refuse_renamed
 from .precision import PRECISIONS
+from .profile import Profile
 from .published import CONTEXT_MIB
 
 GIB = 1024**3
@@ -30,7 +32,7 @@ _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
 
 
 # Device memory as nvidia-smi reports each card's total (its datasheet's GB are decimal and a little more): what
-# `--memory t4` plans for, and what a plain `bertmem plan` assumes on a machine without a GPU.
+# `--memory t4` plans for, and what a plain `bertmem plan` assumes on any machine.
 CARD_MEMORY = {"t4": 15360 * 2**20, "l4": 23034 * 2**20, "a100": 40960 * 2**20}
 DEFAULT_CARD = "t4"
 
@@ -50,14 +52,14 @@ def parse_memory(text: str) -> int:
 class PlanRequest:
     """What to plan for: model, tokens, precision, memory budget and the effective batch (chapter 5)."""
 
-    model: str = field(default="bert-base-uncased", metadata={
-        "help": "known BERT id, Hub id or local model folder"})
+    model_id: str = field(default="bert-base-uncased", metadata={
+        "help": "known BERT id, Hub id or local model folder", "flag": "--model"})
     max_length: int = field(default=512, metadata={"help": "tokens per example"})
     precision: str = field(default="fp16", metadata={"help": "autocast precision", "choices": PRECISIONS})
     memory_bytes: int = field(default=CARD_MEMORY[DEFAULT_CARD], metadata={  # the command line reads text
-        "help": "device memory: 15GiB, 16GB, a card (t4, l4, a100); 'auto' reads the CUDA device's free memory "
-                "and plans for a T4 where there is none",
-        "flag": "--memory", "parse": str, "cli_default": "auto"})
+        "help": "device memory: 15GiB, 16GB, a card (t4, l4, a100); 'auto' reads this machine's CUDA device's "
+                "free memory (a T4 where there is none)",
+        "flag": "--memory", "parse": str, "cli_default": DEFAULT_CARD})
     effective_batch: int = field(default=32, metadata={"help": "examples per optimizer step"})
     attention: str = field(default="sdpa", metadata={"help": "attention kernel", "choices": ("sdpa", "eager")})
     gradient_checkpointing: bool = field(default=False, metadata={"help": "recompute activations in backward"})
@@ -69,8 +71,25 @@ class PlanRequest:
         "help": "extra fraction of the peak for allocator rounding and fragmentation (fitted to published runs)"})
     lora_r: int | None = field(default=None, metadata={"help": "LoRA rank: train adapters, not the encoder"})
     freeze_layers: int = field(default=0, metadata={"help": "frozen embeddings + bottom encoder layers"})
+    window: int | None = field(default=None, metadata={
+        "help": "read longer texts as overlapping windows of this many tokens (chapter 9); the micro-batch counts "
+                "documents"})
+    stride: int | None = field(default=None, metadata={
+        "help": "tokens between window starts (default: half a window's text)"})
     kernels: str = field(default="cuda", metadata={  # whose kernel choices the estimate follows
         "help": "whose kernel choices to estimate: a GPU's or this CPU's", "choices": ("cuda", "cpu")})
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> "PlanRequest":
+        """Refuse an old keyword by name, saying its new one."""
+        refuse_renamed(cls.__name__, kwargs, {"model": "model_id"})
+        return super().__new__(cls)
+
+    @classmethod
+    def from_profile(cls, profile: Profile, **overrides) -> "PlanRequest":
+        """The profile's model, tokens and effective batch (`bertmem plan`'s defaults; chapter 5)."""
+        values = dict(model_id=profile.model_id, max_length=profile.max_length,
+                      effective_batch=profile.effective_batch)
+        return cls(**{**values, **overrides})
 
     def __post_init__(self) -> None:
         if self.precision not in PRECISIONS:
@@ -84,6 +103,10 @@ class PlanRequest:
         if self.max_length < 8 or self.effective_batch < 1 or self.memory_bytes <= 0:
             raise ValueError("max_length must be >= 8, effective_batch >= 1 and memory > 0; got "
                              f"{self.max_length}, {self.effective_batch}, {self.memory_bytes}")
+        if self.window is not None and not 8 <= self.window <= self.max_length:
+            raise ValueError(f"window must be in [8, max_length={self.max_length}], got {self.window}")
+        if self.stride is not None and (self.window is None or not 1 <= self.stride <= self.window - 2):
+            raise ValueError(f"stride needs a window and must be in [1, window - 2], got {self.stride}")
         if not 0 <= self.allocator_margin < 1 or self.cuda_context_bytes < 0:
             raise ValueError("allocator_margin must be in [0, 1) and cuda_context_bytes >= 0")
 
@@ -96,7 +119,7 @@ class PlanRequest:
 class Plan:
     """The planner's answer: micro-batch, accumulation steps, and the estimated peak split by category."""
 
-    micro_batch_size: int
+    micro_batch: int
     accumulation_steps: int
     largest_fitting_batch: int
     estimated_peak_bytes: int  # tensors at the peak + CUDA context + allocator margin
@@ -112,24 +135,37 @@ class Plan:
     def describe(self) -> str:
         """A few lines a reader can act on (`bertmem plan`)."""
         r = self.request
-        lines = [f"{r['model']}, {r['max_length']} tokens, {r['precision']}, {r['attention']} attention"
+        lines = [f"{r['model_id']}, {r['max_length']} tokens, {r['precision']}, {r['attention']} attention"
                  + (", gradient checkpointing" if r["gradient_checkpointing"] else "")
+                 + (f", windows of {r['window']} tokens" if r.get("window") else "")
                  + f", {r['optimizer']}; budget {self.memory_bytes / GIB:.2f} GiB",
                  f"largest micro-batch that fits: {self.largest_fitting_batch}"
                  + (" (not searched beyond the effective batch)"
                     if self.largest_fitting_batch >= r["effective_batch"] else ""),
-                 f"plan: micro-batch {self.micro_batch_size} × {self.accumulation_steps} accumulation steps "
-                 f"= effective batch {self.micro_batch_size * self.accumulation_steps}",
+                 f"plan: micro-batch {self.micro_batch} × {self.accumulation_steps} accumulation steps "
+                 f"= effective batch {self.micro_batch * self.accumulation_steps}",
                  f"estimated peak {self.estimated_peak_bytes / GIB:.2f} GiB (during {self.peak_phase}):"]
         lines += [f"  {name:<34} {size / GIB:6.2f} GiB" for name, size in self.breakdown.items()]
         return "\n".join(lines)
 
 
+def windows_per_document(request: PlanRequest) -> int:
+    """How many windows a document of max_length tokens is read as (1 without a window; chapter 9)."""
+    from .long_text import window_starts
+
+    if request.window is None or request.window >= request.max_length:
+        return 1
+    size = request.window - 2  # [CLS] and [SEP] in every window
+    return len(window_starts(request.max_length - 2, size, request.stride or max(1, size // 2)))
+
+
 def estimate_for(request: PlanRequest, batch: int):
-    """The estimate of one steady-state step at micro-batch `batch`."""
+    """The estimate of one steady-state step at micro-batch `batch` (documents: each window is a sequence)."""
     from .estimate import estimate_step_memory
 
-    return estimate_step_memory(request.model, batch, request.max_length, precision=request.precision,
+    windows = windows_per_document(request)
+    length = request.max_length if windows == 1 else request.window
+    return estimate_step_memory(request.model_id, batch * windows, length, precision=request.precision,
                                 attention=request.attention, optimizer=request.optimizer,
                                 gradient_checkpointing=request.gradient_checkpointing, device=request.kernels,
                                 lora_r=request.lora_r, freeze_layers=request.freeze_layers)
@@ -153,7 +189,7 @@ def plan_micro_batch(request: PlanRequest, max_batch: int = 1024) -> Plan:
 
     if not fits(1):
         minimum = request.needed_bytes(report(1).step_peak)
-        raise ValueError(f"{request.model} at {request.max_length} tokens needs at least {minimum / GIB:.2f} GiB "
+        raise ValueError(f"{request.model_id} at {request.max_length} tokens needs at least {minimum / GIB:.2f} GiB "
                          f"for one example ({request.precision}, {request.optimizer}), but the budget is "
                          f"{request.memory_bytes / GIB:.2f} GiB: use a card with more memory, fewer tokens, "
                          "gradient checkpointing or a smaller optimizer state")
@@ -182,7 +218,7 @@ def plan_micro_batch(request: PlanRequest, max_batch: int = 1024) -> Plan:
                  "activations and temporaries": at.get("saved activations", 0) + at.get("temporaries", 0),
                  f"allocator margin ({request.allocator_margin:.0%})": int(tensor_peak * request.allocator_margin),
                  "CUDA context": request.cuda_context_bytes}
-    return Plan(micro_batch_size=micro, accumulation_steps=request.effective_batch // micro,
+    return Plan(micro_batch=micro, accumulation_steps=request.effective_batch // micro,
                 largest_fitting_batch=largest, estimated_peak_bytes=request.needed_bytes(tensor_peak),
                 memory_bytes=request.memory_bytes, peak_phase=chosen.peak_phase, breakdown=breakdown,
                 request=asdict(request))

@@ -27,7 +27,7 @@ class Profile:
     model_id: str
     dataset: str
     max_length: int
-    batch_size: int
+    micro_batch: int  # examples per forward and backward pass
     train_size: int | None  # None = the whole split
     eval_size: int | None
     epochs: int
@@ -38,7 +38,7 @@ class Profile:
     def __post_init__(self) -> None:
         if self.name not in PROFILES:
             raise ValueError(f"profile name must be one of {PROFILES}, got {self.name!r}")
-        for field in ("max_length", "batch_size", "epochs", "effective_batch"):
+        for field in ("max_length", "micro_batch", "epochs", "effective_batch"):
             if getattr(self, field) < 1:
                 raise ValueError(f"{field} must be >= 1, got {getattr(self, field)}; set {ENV_PREFIX}{field.upper()}")
         check_subset_sizes(train_size=self.train_size, eval_size=self.eval_size)
@@ -49,7 +49,7 @@ class Profile:
         """One line a notebook prints so the reader sees what ran (all chapters)."""
         sizes = f"train={self.train_size or 'all'}, eval={self.eval_size or 'all'}"
         return (f"profile={self.name} device={self.device} model={self.model_id} dataset={self.dataset} "
-                f"({sizes}) max_length={self.max_length} batch={self.batch_size} "
+                f"({sizes}) max_length={self.max_length} micro_batch={self.micro_batch} "
                 f"effective_batch={self.effective_batch} epochs={self.epochs} "
                 f"lr={self.learning_rate:g}")
 
@@ -58,16 +58,17 @@ class Profile:
 # at most about 10 minutes there (bertmem.workload estimates it from FLOPs). Chapter 0's fp32 baseline at batch 8
 # fits 15 GiB with room to spare (the planner's largest is about twice that; a test checks that 8 fits); the
 # chapters that accumulate reach the effective batch 32.
-GPU_DEFAULTS = dict(name="gpu", model_id="bert-base-uncased", dataset="imdb", max_length=512, batch_size=8,
+GPU_DEFAULTS = dict(name="gpu", model_id="bert-base-uncased", dataset="imdb", max_length=512, micro_batch=8,
                     train_size=2000, eval_size=1000, epochs=1, learning_rate=2e-5, device="cuda", effective_batch=32)
 # The results table at full size on a large card (BERTMEM_PROFILE=full make bench): all of IMDb, 2 epochs.
-FULL_DEFAULTS = dict(GPU_DEFAULTS, name="full", batch_size=32, train_size=None, eval_size=None, epochs=2)
-CPU_DEFAULTS = dict(name="cpu", model_id=MINILM_ID, dataset="imdb", max_length=256, batch_size=8,
+FULL_DEFAULTS = dict(GPU_DEFAULTS, name="full", micro_batch=32, train_size=None, eval_size=None, epochs=2)
+CPU_DEFAULTS = dict(name="cpu", model_id=MINILM_ID, dataset="imdb", max_length=256, micro_batch=8,
                     train_size=1000, eval_size=500, epochs=1, learning_rate=1e-4, device="cpu", effective_batch=16)
 PROFILES = ("gpu", "cpu", "full")
 _DEFAULTS = {"gpu": GPU_DEFAULTS, "cpu": CPU_DEFAULTS, "full": FULL_DEFAULTS}
 
-_CASTS = {"max_length": int, "batch_size": int, "epochs": int, "learning_rate": float, "effective_batch": int,
+RENAMED_ENV = {ENV_PREFIX + "BATCH_SIZE": ENV_PREFIX + "MICRO_BATCH"}  # one name per idea (micro_batch)
+_CASTS = {"max_length": int, "micro_batch": int, "epochs": int, "learning_rate": float, "effective_batch": int,
           "model_id": str, "dataset": str, "device": str}
 
 
@@ -92,6 +93,9 @@ def get_profile(name: str | None = None, env: Mapping[str, str] | None = None) -
     if name not in PROFILES:
         raise ValueError(f"unknown profile {name!r}: use one of {PROFILES} (or unset {ENV_PREFIX}PROFILE)")
     values = dict(_DEFAULTS[name])
+    for old, new in RENAMED_ENV.items():
+        if old in env:
+            raise ValueError(f"{old} is now {new}: rename it in your environment")
     for field in dataclasses.fields(Profile):
         raw = env.get(ENV_PREFIX + field.name.upper())
         if raw is None or field.name == "name":

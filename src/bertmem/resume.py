@@ -21,7 +21,7 @@ from .interrupts import TrainingInterrupted, interruption
 def run_settings(config, train_loader, micro_size: int, extra: dict | None = None) -> dict[str, Any]:
     """What a checkpoint must match to resume: the recipe, the batch and the data's identity (chapter 5)."""
     dataset = getattr(train_loader, "dataset", None)
-    settings = dict(asdict(config), micro_batch_size=micro_size, train_examples=dataset_size(train_loader),
+    settings = dict(asdict(config), micro_batch=micro_size, train_examples=dataset_size(train_loader),
                     data_fingerprint=dataset_fingerprint(dataset if dataset is not None else train_loader))
     settings.update(extra or {})
     return settings

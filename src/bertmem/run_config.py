@@ -7,9 +7,11 @@ the recipe in `TrainConfig` (`bertmem.train`); none of this one changes what the
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
+from .flags import refuse_renamed
 from .models import ATTENTION_IMPLEMENTATIONS
 from .profile import MINILM_ID, Profile
 
@@ -24,7 +26,8 @@ class RunConfig:
     Every field with help text is also a flag of `bertmem train` (generated, `bertmem.flags`).
     """
 
-    model: str = field(default=MINILM_ID, metadata={"help": "Hub id, local model folder, or 'tiny-bert'"})
+    model_id: str = field(default=MINILM_ID, metadata={
+        "help": "Hub id, local model folder, or 'tiny-bert'", "flag": "--model"})
     attention: str = field(default="sdpa", metadata={
         "help": "attention kernel: sdpa (fused) or eager", "choices": ATTENTION_IMPLEMENTATIONS})
     device: str | None = field(default=None, metadata={
@@ -42,6 +45,11 @@ class RunConfig:
     save_model: bool = field(default=False, metadata={"help": "save the fine-tuned model to OUTPUT_DIR/model"})
     overwrite: bool = field(default=False, metadata={
         "help": "replace the results of a previous run in OUTPUT_DIR"})  # else such a folder is refused
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> "RunConfig":
+        """Refuse an old keyword by name, saying its new one."""
+        refuse_renamed(cls.__name__, kwargs, {"model": "model_id"})
+        return super().__new__(cls)
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -72,4 +80,4 @@ class RunConfig:
     @classmethod
     def from_profile(cls, profile: Profile, **overrides) -> "RunConfig":
         """The profile's model and device; everything else as given."""
-        return cls(**{"model": profile.model_id, "device": profile.device, **overrides})
+        return cls(**{"model_id": profile.model_id, "device": profile.device, **overrides})

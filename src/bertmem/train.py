@@ -44,7 +44,7 @@ class TrainConfig:
     """
 
     epochs: int = field(default=1, metadata={"help": "passes over the training data"})
-    learning_rate: float = field(default=5e-5, metadata={"help": "peak learning rate", "flag": "--lr"})
+    learning_rate: float = field(default=5e-5, metadata={"help": "peak learning rate", "aliases": ("--lr",)})
     weight_decay: float = field(default=0.01, metadata={"help": "AdamW's decoupled weight decay"})
     warmup_ratio: float = field(default=0.1, metadata={"help": "share of the steps spent warming up"})
     seed: int = field(default=0, metadata={
