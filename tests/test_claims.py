@@ -43,10 +43,16 @@ def unsupported_numbers(notebook: dict) -> list[str]:
     return found
 
 
-def test_typed_numbers_in_chapters_are_printed_by_their_cells_or_cited():
+def book_problems(check) -> list[str]:
+    """What `check` finds in every chapter notebook, each finding led by the notebook's name."""
     problems = []
     for path in sorted(BOOK.glob("*.ipynb")):
-        problems += [f"{path.name} {p}" for p in unsupported_numbers(json.loads(path.read_text(encoding="utf-8")))]
+        problems += [f"{path.name} {p}" for p in check(json.loads(path.read_text(encoding="utf-8")))]
+    return problems
+
+
+def test_typed_numbers_in_chapters_are_printed_by_their_cells_or_cited():
+    problems = book_problems(unsupported_numbers)
     assert not problems, "typed, not measured: " + "; ".join(problems)
 
 
@@ -115,9 +121,7 @@ def one_class_rows(notebook: dict) -> list[str]:
 
 def test_no_committed_table_holds_a_one_class_predictor():
     """A two-class run at macro-F1 ≤ 0.5 predicts (nearly) one class: a collapsed run, not a result."""
-    problems = []
-    for path in sorted(BOOK.glob("*.ipynb")):
-        problems += [f"{path.name} {p}" for p in one_class_rows(json.loads(path.read_text(encoding="utf-8")))]
+    problems = book_problems(one_class_rows)
     assert not problems, "one-class rows: " + "; ".join(problems)
 
 

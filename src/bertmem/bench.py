@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from .experiment import build_model, environment_info
-from .flags import refuse_renamed
+from .flags import RefusesRenamed
 from .run_config import RunConfig
 from .footprint import LORA_LR_FACTOR, LORA_RANK
 from .loaders import DataConfig, build_loaders, load_frames
@@ -31,7 +31,7 @@ SEED_TABLE = [  # the seed article's table (IMDb, RTX 3090), as printed there: n
 
 
 @dataclass(frozen=True)
-class BenchConfig:
+class BenchConfig(RefusesRenamed):
     """What every variant shares: model, data, effective batch, seeds (chapter 5, `bertmem bench`)."""
 
     model_id: str = field(default=CPU["model_id"], metadata={"help": "Hub id, local model folder, or 'tiny-bert'",
@@ -58,12 +58,7 @@ class BenchConfig:
     variants: tuple[str, ...] = VARIANTS
     progress: bool = field(default=True, metadata={"help": "show progress bars"})
     memory_bytes: int | None = None  # budget per variant; None: the CUDA device's free memory (no limit on CPU)
-
-    def __new__(cls, *args: Any, **kwargs: Any) -> "BenchConfig":
-        """Refuse an old keyword by name, saying its new one."""
-        refuse_renamed(cls.__name__, kwargs, {"model": "model_id", "accumulation": "accumulation_steps",
-                                              "seed": "data_seed"})
-        return super().__new__(cls)
+    RENAMED = {"model": "model_id", "accumulation": "accumulation_steps", "seed": "data_seed"}
 
     def __post_init__(self) -> None:
         if self.effective_batch % self.accumulation_steps:

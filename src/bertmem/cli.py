@@ -85,8 +85,7 @@ def train_main(args: argparse.Namespace) -> dict:
 def bench_main(args: argparse.Namespace) -> dict:
     """Run the variants, add the bert-base estimate, print and save the tables."""
     from .bench import BenchConfig, run_bench
-    from .bench_info import write_bench
-    from .bench_info import long_run_warning
+    from .bench_info import long_run_warning, write_bench
     from .devices import device_name
     from .estimate import estimated_rows
 

@@ -13,7 +13,7 @@ import argparse
 import dataclasses
 import types
 import typing
-from typing import Any, Callable
+from typing import Any, Callable, ClassVar
 
 _SCALARS: dict[Any, Callable[[str], Any]] = {int: int, float: float, str: str}
 
@@ -84,9 +84,15 @@ def config_from_flags(cls, args: argparse.Namespace, **fixed):
     return cls(**{**values, **fixed})
 
 
-def refuse_renamed(cls_name: str, kwargs: dict[str, Any], renamed: dict[str, str]) -> None:
-    """A TypeError naming the new spelling of each renamed keyword, instead of a bare 'unexpected keyword'."""
-    old = [name for name in renamed if name in kwargs]
-    if old:
-        raise TypeError(f"{cls_name}: " + "; ".join(f"{name}= is now {renamed[name]}=" for name in old)
-                        + " (one name per idea across classes, flags and JSON)")
+class RefusesRenamed:
+    """Base of a config dataclass whose old keywords (`RENAMED`: old -> new) fail naming the new spelling,
+    instead of a bare 'unexpected keyword'."""
+
+    RENAMED: ClassVar[dict[str, str]] = {}
+
+    def __new__(cls, *args: Any, **kwargs: Any):
+        old = [name for name in cls.RENAMED if name in kwargs]
+        if old:
+            raise TypeError(f"{cls.__name__}: " + "; ".join(f"{name}= is now {cls.RENAMED[name]}=" for name in old)
+                            + " (one name per idea across classes, flags and JSON)")
+        return super().__new__(cls)

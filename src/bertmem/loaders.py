@@ -9,18 +9,18 @@ call, so they tokenize, pad and evaluate the same way.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from torch.utils.data import DataLoader
 
 from .data import (EVAL_SPLITS, HUB_IDS, TRUNCATIONS, load_text_classification, make_loader, split_file,
                    subsample, tokenize_frame)
-from .flags import refuse_renamed
+from .flags import RefusesRenamed
 from .profile import CPU_DEFAULTS as CPU, Profile, check_subset_sizes, parse_size
 
 
 @dataclass(frozen=True)
-class DataConfig:
+class DataConfig(RefusesRenamed):
     """What the data is: source, columns, subset sizes, tokens, truncation, micro-batch, padding (ch. 0, 5, A1)."""
 
     dataset: str = field(default=CPU["dataset"], metadata={
@@ -51,11 +51,7 @@ class DataConfig:
         "help": "pad every training batch to --max-length (the naive baseline of chapter 5)"})
     data_seed: int = field(default=0, metadata={
         "help": "which examples the subsets take (hash-chosen); the training seed is --seed"})
-
-    def __new__(cls, *args: Any, **kwargs: Any) -> "DataConfig":
-        """Refuse an old keyword by name, saying its new one."""
-        refuse_renamed(cls.__name__, kwargs, {"batch_size": "micro_batch"})
-        return super().__new__(cls)
+    RENAMED = {"batch_size": "micro_batch"}
 
     def __post_init__(self) -> None:
         if self.max_length < 8:

@@ -11,7 +11,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .flags import refuse_renamed
+from .flags import RefusesRenamed
 from .precision import PRECISIONS
 from .profile import Profile
 from .published import CONTEXT_MIB
@@ -49,7 +49,7 @@ def parse_memory(text: str) -> int:
 
 
 @dataclass(frozen=True)
-class PlanRequest:
+class PlanRequest(RefusesRenamed):
     """What to plan for: model, tokens, precision, memory budget and the effective batch (chapter 5)."""
 
     model_id: str = field(default="bert-base-uncased", metadata={
@@ -78,11 +78,7 @@ class PlanRequest:
         "help": "tokens between window starts (default: half a window's text)"})
     kernels: str = field(default="cuda", metadata={  # whose kernel choices the estimate follows
         "help": "whose kernel choices to estimate: a GPU's or this CPU's", "choices": ("cuda", "cpu")})
-
-    def __new__(cls, *args: Any, **kwargs: Any) -> "PlanRequest":
-        """Refuse an old keyword by name, saying its new one."""
-        refuse_renamed(cls.__name__, kwargs, {"model": "model_id"})
-        return super().__new__(cls)
+    RENAMED = {"model": "model_id"}
 
     @classmethod
     def from_profile(cls, profile: Profile, **overrides) -> "PlanRequest":

@@ -7,11 +7,10 @@ the recipe in `TrainConfig` (`bertmem.train`); none of this one changes what the
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 
-from .flags import refuse_renamed
+from .flags import RefusesRenamed
 from .models import ATTENTION_IMPLEMENTATIONS
 from .profile import MINILM_ID, Profile
 
@@ -20,7 +19,7 @@ TINY_MODEL = "tiny-bert"  # a 2-layer random BERT with MiniLM's vocabulary: test
 
 
 @dataclass(frozen=True)
-class RunConfig:
+class RunConfig(RefusesRenamed):
     """How and where a run happens: model, kernels, device, loop, output folder, checkpoints (ch. 4, 5, 8, A1).
 
     Every field with help text is also a flag of `bertmem train` (generated, `bertmem.flags`).
@@ -45,11 +44,7 @@ class RunConfig:
     save_model: bool = field(default=False, metadata={"help": "save the fine-tuned model to OUTPUT_DIR/model"})
     overwrite: bool = field(default=False, metadata={
         "help": "replace the results of a previous run in OUTPUT_DIR"})  # else such a folder is refused
-
-    def __new__(cls, *args: Any, **kwargs: Any) -> "RunConfig":
-        """Refuse an old keyword by name, saying its new one."""
-        refuse_renamed(cls.__name__, kwargs, {"model": "model_id"})
-        return super().__new__(cls)
+    RENAMED = {"model": "model_id"}
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
