@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DRY_RUN_ENV = {  # the GPU profile's code paths at sizes a CPU runs in seconds (the model must exist offline)
     "BERTMEM_PROFILE": "gpu", "BERTMEM_DEVICE": "cpu", "BERTMEM_MODEL_ID": "sentence-transformers/all-MiniLM-L6-v2",
     "BERTMEM_MAX_LENGTH": "64", "BERTMEM_TRAIN_SIZE": "16", "BERTMEM_EVAL_SIZE": "16", "BERTMEM_MICRO_BATCH": "4",
-    "BERTMEM_EFFECTIVE_BATCH": "8",
+    "BERTMEM_EFFECTIVE_BATCH": "8", "BERTMEM_LONG_MODEL_ID": "sentence-transformers/all-MiniLM-L6-v2",
     "CUDA_VISIBLE_DEVICES": ""}  # no GPU for the kernel even on a machine that has one
 PROBE = """import json as _json, platform as _platform, torch as _torch, transformers as _transformers
 _cuda = _torch.cuda.is_available()

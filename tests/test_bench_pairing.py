@@ -38,3 +38,18 @@ def test_the_committed_cpu_bench_has_three_seeds_no_one_class_row_and_a_deciding
     assert "paired: 3 seeds" in recipe["accuracy Δ vs noise"]
     margin = recipe["accuracy Δ margin (points)"]
     assert margin <= 3.0, f"recipe − baseline interval ±{margin:.1f} points: cannot decide"
+
+
+def test_chapter_5s_live_bench_decides_within_six_points():
+    import json
+    import re
+    from pathlib import Path
+
+    notebook = Path(__file__).resolve().parents[1] / "book" / "05_optimized_loop.ipynb"
+    outputs = "".join("".join(output.get("data", {}).get("text/markdown", "")) + "".join(output.get("text", ""))
+                      for cell in json.loads(notebook.read_text(encoding="utf-8"))["cells"]
+                      for output in cell.get("outputs", []))
+    found = re.search(r"\| full recipe \|[^\n]*?interval ([-+]?[\d.]+) to ([-+]?[\d.]+)\)", outputs)
+    assert found, "chapter 5's committed outputs hold no full-recipe interval"
+    low, high = float(found.group(1)), float(found.group(2))
+    assert (high - low) / 2 <= 6.0, f"chapter 5's full recipe − baseline interval {low} to {high}: wider than ±6"

@@ -142,8 +142,12 @@ def test_head_tail_truncation_keeps_both_ends():
     assert ids[0] == tokenizer.cls_token_id and ids[-1] == tokenizer.sep_token_id
     assert ids[1:11] == full[:10] and ids[11:-1] == full[-52:]
     assert both.encodings["input_ids"][1] == head.encodings["input_ids"][1]  # short texts are untouched
+    tail = tokenize_frame(frame, tokenizer, 64, truncation="tail")
+    assert tail.encodings["input_ids"][0][1:-1] == full[-62:]  # the last 62 tokens, between [CLS] and [SEP]
     with pytest.raises(ValueError, match="truncation"):
-        tokenize_frame(frame, tokenizer, 64, truncation="tail")
+        tokenize_frame(frame, tokenizer, 64, truncation="middle")
+    with pytest.raises(ValueError, match="tail truncation keeps no head"):
+        tokenize_frame(frame, tokenizer, 64, truncation="tail", head_tokens=10)
     with pytest.raises(ValueError, match="head_tokens"):
         tokenize_frame(frame, tokenizer, 64, truncation="head+tail", head_tokens=100)
 
@@ -158,15 +162,15 @@ def test_build_loaders_cuts_both_splits_as_the_data_config_says():
     train_frame = pd.DataFrame({"text": [words, "short review", words, "fine"], "label": [0, 1, 0, 1]})
     eval_frame = pd.DataFrame({"text": [words, "ok"], "label": [1, 0]})
     last_real_token = tokenizer(words, add_special_tokens=False)["input_ids"][-1]
-    for truncation in ("head", "head+tail"):
+    for truncation in ("head", "tail", "head+tail"):
         data = DataConfig(max_length=32, micro_batch=2, truncation=truncation)
         loaders = build_loaders(data, tokenizer, (train_frame, eval_frame), seed=0)
         for loader in loaders:
             long = next(row for b in loader for row in b["input_ids"] if len(row) == 32)
-            assert (int(long[-2]) == last_real_token) == (truncation == "head+tail")  # the review's end kept
+            assert (int(long[-2]) == last_real_token) == (truncation != "head")  # the review's end kept
         assert len(loaders.train) == 2 and len(loaders.eval) == 1  # evaluation: twice the micro-batch
     with pytest.raises(ValueError, match="truncation must be one of"):
-        DataConfig(truncation="tail")
+        DataConfig(truncation="middle")
 
 
 def test_named_datasets_from_the_hub_get_the_mirrors_columns():

@@ -57,8 +57,8 @@ def test_one_window_per_document_gives_the_classifiers_own_loss():
     labels = torch.tensor([0, 1])
     chunked = ChunkedClassifier(model)(**batch, labels=labels)
     plain = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=labels)
-    torch.testing.assert_close(chunked["loss"], plain.loss)
-    torch.testing.assert_close(chunked["logits"], plain.logits)
+    torch.testing.assert_close(chunked.loss, plain.loss)
+    torch.testing.assert_close(chunked.logits, plain.logits)
 
 
 def test_a_long_document_trains_through_every_window():
@@ -67,24 +67,149 @@ def test_a_long_document_trains_through_every_window():
     batch = pad_windows(windows, PAD)
     assert len(windows.input_ids) == 7  # 28 + 2 content tokens in windows of 8 every 4
     out = ChunkedClassifier(model, pooling="mean")(**batch, labels=torch.tensor([1]))
-    out["loss"].backward()
+    out.loss.backward()
     embeddings = model.get_input_embeddings().weight.grad
-    assert out["logits"].shape == (1, 2)
+    assert out.logits.shape == (1, 2)
     assert all(embeddings[200 + i].abs().sum() > 0 for i in range(30))  # no token is cut off
 
 
 def test_the_planner_reads_a_long_document_as_its_windows():
-    """A 1,024-token document in windows of 512 is 3 or 4 sequences of 512: the plan counts documents."""
+    """A 1,024-token document in windows of 512 is 3 sequences of 512 (5 every 128 tokens): plans count documents."""
     from bertmem.planner import GIB, PlanRequest, estimate_for, windows_per_document
 
     request = PlanRequest(model_id="bert-base-uncased", max_length=1024, window=512, memory_bytes=15 * GIB,
                           precision="fp16")
-    assert windows_per_document(request) == 4  # 1,022 text tokens, 510 per window, a start every 255
-    assert windows_per_document(dataclasses.replace(request, stride=256)) == 3
+    assert windows_per_document(request) == 3  # 1,022 text tokens, 510 per window, a start every 384
+    assert windows_per_document(dataclasses.replace(request, stride=128)) == 5
     one_long = PlanRequest(model_id="bert-base-uncased", max_length=512, memory_bytes=15 * GIB, precision="fp16")
-    assert estimate_for(request, 2).step_peak == estimate_for(one_long, 8).step_peak
+    assert estimate_for(request, 2).step_peak == estimate_for(one_long, 6).step_peak
     assert windows_per_document(PlanRequest(max_length=512, window=512)) == 1
     with pytest.raises(ValueError, match="window must be in"):
         PlanRequest(max_length=512, window=1024)
     with pytest.raises(ValueError, match="stride needs a window"):
         PlanRequest(max_length=512, stride=100)
+
+
+def test_window_loader_reads_every_review_whole_or_up_to_max_tokens():
+    import pandas as pd
+
+    from bertmem.long_text import content_tokens, window_loader
+    from bertmem.models import load_tokenizer
+    from bertmem.profile import MINILM_ID
+
+    tokenizer = load_tokenizer(MINILM_ID)
+    texts = [" ".join(f"w{i}" for i in range(n)) for n in (3, 40, 90)]
+    frame = pd.DataFrame({"text": texts, "label": [0, 1, 1]})
+    batches = list(window_loader(frame, tokenizer, window=16, stride=7, documents_per_batch=2))
+    assert [b["labels"].tolist() for b in batches] == [[0, 1], [1]]  # one label per review, not per window
+    tokens = content_tokens(texts, tokenizer)
+    for batch, first in zip(batches, (0, 2)):
+        rows = [[int(t) for t, keep in zip(ids, mask) if keep] for ids, mask in
+                zip(batch["input_ids"], batch["attention_mask"])]
+        windows = split_windows(tokens[first:first + 2], 16, 7, tokenizer.cls_token_id, tokenizer.sep_token_id)
+        assert rows == windows.input_ids and batch["document"].tolist() == windows.document
+    capped = next(iter(window_loader(frame, tokenizer, window=16, stride=7, documents_per_batch=3, max_tokens=20)))
+    assert int((capped["document"] == 2).sum()) == len(window_starts(20, 14, 7))
+    shuffled = [b["labels"].tolist() for b in window_loader(frame, tokenizer, 16, 7, 1, shuffle=True, seed=3)]
+    again = [b["labels"].tolist() for b in window_loader(frame, tokenizer, 16, 7, 1, shuffle=True, seed=3)]
+    assert shuffled == again and sorted(sum(shuffled, [])) == [0, 1, 1]  # a seeded order, every review once
+    with pytest.raises(ValueError, match="stride must be in"):
+        window_loader(frame, tokenizer, window=16, stride=15, documents_per_batch=2)
+
+
+def test_long_subset_keeps_only_reviews_longer_than_the_limit_balanced_per_label():
+    import pandas as pd
+
+    from bertmem.long_text import long_subset
+    from bertmem.models import load_tokenizer
+    from bertmem.profile import MINILM_ID
+
+    tokenizer = load_tokenizer(MINILM_ID)
+    texts = [" ".join(["good"] * n) for n in (5, 50, 6, 60, 70, 80)]
+    frame = pd.DataFrame({"text": texts, "label": [0, 0, 1, 1, 0, 1]})
+    picked = long_subset(frame, tokenizer, longer_than=10, size=4)
+    assert sorted(picked["text"].str.count("good")) == [50, 60, 70, 80]
+    assert picked["label"].value_counts().to_dict() == {0: 2, 1: 2}
+    known = [n + 2 for n in (5, 50, 6, 60, 70, 80)]  # "good" is one token; + [CLS], [SEP]
+    assert long_subset(frame, tokenizer, longer_than=10, size=4, lengths=known).equals(picked)
+    with pytest.raises(ValueError, match="only 2 of 6 texts are longer than 65 tokens"):
+        long_subset(frame, tokenizer, longer_than=65, size=4)
+    with pytest.raises(ValueError, match="label 0 has only 1"):
+        long_subset(frame, tokenizer, longer_than=55, size=3)  # three long reviews, one of them negative
+
+
+def test_predict_windows_scores_each_review_once_from_its_pooled_windows():
+    from bertmem.long_text import predict_windows
+
+    model = tiny_classifier(seed=0, dropout=0.0)
+    documents = [[200 + i for i in range(30)], [300 + i for i in range(5)]]
+    batch = pad_windows(split_windows(documents, 12, 5, CLS, SEP), PAD)
+    labels = torch.tensor([1, 0])
+    correct = predict_windows(model, [{**batch, "labels": labels}])
+    for how in ("mean", "max"):
+        pooled = ChunkedClassifier(model, how).eval()(**batch).logits
+        assert correct[how] == (pooled.argmax(-1) == labels).int().tolist()
+    batch["labels"] = labels
+    assert ChunkedClassifier(model)(**batch).loss.ndim == 0  # `.loss`, as a plain classifier's output has
+
+
+def test_bertmem_train_reads_windows_end_to_end_and_saves_a_plain_classifier(tmp_path, reviews_csv):
+    import json
+
+    from transformers import AutoModelForSequenceClassification
+
+    from bertmem.cli import main
+    from cli_helpers import cli_args
+
+    out = tmp_path / "run"
+    args = cli_args(reviews_csv, out, "--window", "16", "--stride", "10", "--save-model")
+    args[args.index("--max-length") + 1] = "64"  # up to 64 tokens of each review, in windows of 16
+    assert main(args) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["eval_examples"] == 24 and 0.0 <= metrics["final"]["accuracy"] <= 1.0
+    config = json.loads((out / "config.json").read_text())["data"]
+    assert (config["window"], config["stride"]) == (16, 10)
+    saved = AutoModelForSequenceClassification.from_pretrained(out / "model")  # no pooling wrapper saved
+    assert saved.config.num_labels == 2
+
+
+def test_a_window_needs_room_and_a_stride_needs_a_window():
+    from bertmem.loaders import DataConfig
+
+    with pytest.raises(ValueError, match="raise --max-length"):
+        DataConfig(max_length=64, window=128)
+    with pytest.raises(ValueError, match="stride needs a window"):
+        DataConfig(stride=8)
+    assert DataConfig(max_length=512, window=128).window_stride() == 96
+
+
+@pytest.mark.slow
+def test_long_input_estimates_order_the_readings_as_the_chapter_says():
+    from bertmem.long_text import estimated_encoder_rows, estimated_long_rows
+
+    rows = {row["reading"]: row for row in estimated_long_rows((512, 2048), window=512, stride=384)}
+    eager, fused = rows["one sequence, eager attention"], rows["one sequence, SDPA"]
+    checkpointed = rows["one sequence, SDPA + checkpointing"]
+    windows = rows["windows of 512 every 384 tokens, SDPA"]
+    assert eager[2048] > fused[2048] > checkpointed[2048]  # the n² scores, then the saved activations
+    assert windows[512] == pytest.approx(fused[512])  # one window is the sequence itself
+    assert eager[2048] - eager[512] > 2 * (windows[2048] - windows[512])  # quadratic against linear growth
+    encoders = {row["reading"]: row for row in estimated_encoder_rows((1024,))}
+    assert encoders["ModernBERT-base"][1024] > 0 and encoders["BigBird-RoBERTa-base, fp32"][1024] > 0
+    assert encoders["Longformer-base (not traceable)"][1024] is None
+
+
+@pytest.mark.slow
+def test_the_encoders_the_estimator_cannot_trace_fail_as_the_chapter_says():
+    """Longformer asks whether any token is global with `.item()`; BigBird's fp16 step scatters mixed dtypes."""
+    from torch._subclasses.fake_tensor import DataDependentOutputException
+    from transformers import BigBirdConfig, LongformerConfig
+
+    from bertmem.estimate import estimate_step_memory
+    from bertmem.long_text import long_position_config
+
+    with pytest.raises(DataDependentOutputException):
+        estimate_step_memory(long_position_config(LongformerConfig(), 1026), 1, 1024, precision="fp16",
+                             attention="eager")
+    with pytest.raises(RuntimeError, match="scatter"):
+        estimate_step_memory(BigBirdConfig(), 1, 1024, precision="fp16", attention="eager")

@@ -36,6 +36,14 @@ def test_one_seed_each_is_judged_by_the_test_set_size():
         compare_accuracies([0.8], [0.9])
 
 
+def test_two_test_sets_of_different_sizes_each_count_their_own_noise():
+    same = compare_accuracies([0.80], [0.84], n_examples=200)
+    smaller_b = compare_accuracies([0.80], [0.84], n_examples=200, n_examples_b=50)
+    expected = (binomial_se(0.80, 200) ** 2 + binomial_se(0.84, 50) ** 2) ** 0.5
+    assert smaller_b.se == pytest.approx(expected) and smaller_b.se > same.se
+    assert "200 and 50 test examples" in smaller_b.basis
+
+
 def test_seed_spread_counts_when_larger_than_the_test_set_noise():
     noisy = compare_accuracies([0.70, 0.80, 0.90], [0.80, 0.90, 1.00], n_examples=100000)
     assert noisy.within_noise and "3 seeds" in noisy.basis  # 10 points apart, seeds spread by 10

@@ -211,15 +211,16 @@ class EncodedDataset(Dataset):
         return [len(ids) for ids in self.encodings["input_ids"]]
 
 
-TRUNCATIONS = ("head", "head+tail")
+TRUNCATIONS = ("head", "tail", "head+tail")
 
 
 def tokenize_frame(frame: pd.DataFrame, tokenizer, max_length: int, truncation: str = "head",
                    head_tokens: int | None = None) -> EncodedDataset:
-    """Tokenize `text`, cut to max_length; no padding yet (chapter 0); head+tail truncation (chapter 6).
+    """Tokenize `text`, cut to max_length; no padding yet (chapter 0); head+tail truncation (chapters 6, 9).
 
     truncation="head" keeps the first tokens (the usual cut); "head+tail" keeps the first `head_tokens`
-    (default a quarter) and the last ones, as Sun et al. (2019) found best for long IMDb reviews.
+    (default a quarter) and the last ones, as Sun et al. (2019) found best for long IMDb reviews; "tail" keeps
+    the last ones only.
     """
     if max_length < 2:
         raise ValueError(f"max_length must be >= 2, got {max_length}")
@@ -232,9 +233,11 @@ def tokenize_frame(frame: pd.DataFrame, tokenizer, max_length: int, truncation: 
         enc = tokenizer(frame["text"].tolist(), truncation=True, max_length=max_length)
         return EncodedDataset({k: list(v) for k, v in enc.items()}, frame["label"].tolist())
     if tokenizer.cls_token_id is None or tokenizer.sep_token_id is None:
-        raise TypeError("head+tail truncation needs a BERT-style tokenizer with [CLS] and [SEP] tokens")
+        raise TypeError(f"{truncation} truncation needs a BERT-style tokenizer with [CLS] and [SEP] tokens")
     budget = max_length - 2
-    head = budget // 4 if head_tokens is None else head_tokens
+    if truncation == "tail" and head_tokens not in (None, 0):
+        raise ValueError(f"tail truncation keeps no head: drop head_tokens={head_tokens} or use head+tail")
+    head = 0 if truncation == "tail" else budget // 4 if head_tokens is None else head_tokens
     if not 0 <= head <= budget:
         raise ValueError(f"head_tokens must be in [0, {budget}] for max_length={max_length}, got {head_tokens}")
     pieces = tokenizer(frame["text"].tolist(), add_special_tokens=False, truncation=False, verbose=False)["input_ids"]

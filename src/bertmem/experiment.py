@@ -62,7 +62,11 @@ def run_experiment(run: RunConfig, data: DataConfig, config: TrainConfig) -> dic
     frames = load_frames(data)
     names = frames[0].attrs["label_names"]
     seed_everything(config.seed)  # the new classifier head is drawn here: same seed, same run
-    model, tokenizer = build_model(run, names, data.max_length)
+    model, tokenizer = build_model(run, names, data.window or data.max_length)
+    if data.window is not None:  # every window of a text, its logits pooled, trained end to end (chapter 9)
+        from .long_text import ChunkedClassifier
+
+        model = ChunkedClassifier(model)
     if device is not None and run.backend != "accelerate":  # Accelerate gives each process its own device
         model.to(device)  # placed once; every helper below follows the model
     if run.output_dir and run.overwrite and not run.resume:
@@ -165,6 +169,10 @@ def write_outputs(folder: Path, run: RunConfig, data: DataConfig, config: TrainC
     ax.figure.savefig(folder / "loss.png", dpi=120, bbox_inches="tight")
     if run.save_model:
         model = getattr(model, "module", model)
+        from .long_text import ChunkedClassifier
+
+        if isinstance(model, ChunkedClassifier):  # the classifier reads one window; pooling is how it is used
+            model = model.classifier
         if has_lora(model):  # saved merged: a plain transformers folder that loads without peft (chapter 8)
             merge_lora(model)
         model.save_pretrained(folder / "model")

@@ -39,8 +39,8 @@ class DataConfig(RefusesRenamed):
         "help": "evaluation examples, or 'all'", "parse": parse_size})
     max_length: int = field(default=CPU["max_length"], metadata={"help": "tokens per example (longer ones are cut)"})
     truncation: str = field(default="head", metadata={
-        "help": "what a cut keeps: head (the first tokens) or head+tail (a quarter from the start, the rest "
-                "from the end) (chapter 6)", "choices": TRUNCATIONS})
+        "help": "what a cut keeps: head (the first tokens), tail (the last ones) or head+tail (a quarter from "
+                "the start, the rest from the end) (chapters 6, 9)", "choices": TRUNCATIONS})
     micro_batch: int = field(default=CPU["micro_batch"], metadata={
         "help": "examples per forward and backward pass (per process under Accelerate)", "aliases": ("--batch-size",)})
     eval_batch_size: int | None = field(default=None, metadata={
@@ -51,6 +51,12 @@ class DataConfig(RefusesRenamed):
         "help": "pad every training batch to --max-length (the naive baseline of chapter 5)"})
     data_seed: int = field(default=0, metadata={
         "help": "which examples the subsets take (hash-chosen); the training seed is --seed"})
+    window: int | None = field(default=None, metadata={
+        "help": "read each text as overlapping windows of this many tokens, their logits pooled per text, trained "
+                "end to end; --max-length then caps the tokens read per text, the micro-batch counts texts "
+                "(chapter 9)"})
+    stride: int | None = field(default=None, metadata={
+        "help": "tokens of text between window starts (default: three quarters of a window)"})
     RENAMED = {"batch_size": "micro_batch"}
 
     def __post_init__(self) -> None:
@@ -64,6 +70,19 @@ class DataConfig(RefusesRenamed):
             raise ValueError(f"truncation must be one of {TRUNCATIONS}, got {self.truncation!r}")
         if self.data_seed < 0:
             raise ValueError(f"data_seed must be >= 0, got {self.data_seed}")
+        if self.window is not None and not 3 <= self.window <= self.max_length:
+            raise ValueError(f"window must be in [3, max_length={self.max_length}], got {self.window}: raise "
+                             "--max-length to read more of each text")
+        if self.stride is not None and (self.window is None or not 1 <= self.stride <= self.window - 2):
+            raise ValueError(f"stride needs a window and must be in [1, window - 2], got {self.stride}")
+
+    def window_stride(self) -> int:
+        """Tokens of text between window starts: the given stride, else three quarters of a window (chapter 9)."""
+        if self.window is None:
+            raise ValueError("no window: set window (--window) to read texts in windows")
+        from .long_text import default_stride
+
+        return self.stride or default_stride(self.window)
 
     @classmethod
     def from_profile(cls, profile: Profile, **overrides) -> "DataConfig":
@@ -132,6 +151,14 @@ def build_loaders(data: DataConfig, tokenizer, frames=None, seed: int = 0) -> Lo
     evaluates the same way, fast. `frames`: (train, eval) already loaded.
     """
     train_frame, eval_frame = frames if frames is not None else load_frames(data)
+    if data.window is not None:  # windows of every text, pooled per text (chapter 9)
+        from .long_text import window_loader
+
+        read = dict(window=data.window, stride=data.window_stride(), max_tokens=data.max_length - 2)
+        return Loaders(window_loader(train_frame, tokenizer, documents_per_batch=data.micro_batch, shuffle=True,
+                                     seed=seed, **read),
+                       window_loader(eval_frame, tokenizer, documents_per_batch=data.eval_batch_size
+                                     or 2 * data.micro_batch, **read))
     pad = data.max_length if data.pad_to_max_length else None
     train = make_loader(tokenize_frame(train_frame, tokenizer, data.max_length, data.truncation), tokenizer,
                         data.micro_batch, shuffle=True, seed=seed, group_by_length=data.group_by_length,

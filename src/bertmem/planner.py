@@ -75,7 +75,7 @@ class PlanRequest(RefusesRenamed):
         "help": "read longer texts as overlapping windows of this many tokens (chapter 9); the micro-batch counts "
                 "documents"})
     stride: int | None = field(default=None, metadata={
-        "help": "tokens between window starts (default: half a window's text)"})
+        "help": "tokens of text between window starts (default: three quarters of a window)"})
     kernels: str = field(default="cuda", metadata={  # whose kernel choices the estimate follows
         "help": "whose kernel choices to estimate: a GPU's or this CPU's", "choices": ("cuda", "cpu")})
     RENAMED = {"model": "model_id"}
@@ -147,12 +147,12 @@ class Plan:
 
 def windows_per_document(request: PlanRequest) -> int:
     """How many windows a document of max_length tokens is read as (1 without a window; chapter 9)."""
-    from .long_text import window_starts
+    from .long_text import default_stride, window_starts
 
     if request.window is None or request.window >= request.max_length:
         return 1
     size = request.window - 2  # [CLS] and [SEP] in every window
-    return len(window_starts(request.max_length - 2, size, request.stride or max(1, size // 2)))
+    return len(window_starts(request.max_length - 2, size, request.stride or default_stride(request.window)))
 
 
 def estimate_for(request: PlanRequest, batch: int):

@@ -34,6 +34,7 @@ class Profile:
     learning_rate: float
     device: str
     effective_batch: int = 16  # examples per optimizer step where a chapter accumulates (chapters 2 and 5)
+    long_model_id: str | None = None  # an encoder pretrained on long input that chapter 9 fine-tunes; None: none
 
     def __post_init__(self) -> None:
         if self.name not in PROFILES:
@@ -59,7 +60,8 @@ class Profile:
 # fits 15 GiB with room to spare (the planner's largest is about twice that; a test checks that 8 fits); the
 # chapters that accumulate reach the effective batch 32.
 GPU_DEFAULTS = dict(name="gpu", model_id="bert-base-uncased", dataset="imdb", max_length=512, micro_batch=8,
-                    train_size=2000, eval_size=1000, epochs=1, learning_rate=2e-5, device="cuda", effective_batch=32)
+                    train_size=2000, eval_size=1000, epochs=1, learning_rate=2e-5, device="cuda", effective_batch=32,
+                    long_model_id="answerdotai/ModernBERT-base")
 # The results table at full size on a large card (BERTMEM_PROFILE=full make bench): all of IMDb, 2 epochs.
 FULL_DEFAULTS = dict(GPU_DEFAULTS, name="full", micro_batch=32, train_size=None, eval_size=None, epochs=2)
 CPU_DEFAULTS = dict(name="cpu", model_id=MINILM_ID, dataset="imdb", max_length=256, micro_batch=8,
@@ -69,7 +71,7 @@ _DEFAULTS = {"gpu": GPU_DEFAULTS, "cpu": CPU_DEFAULTS, "full": FULL_DEFAULTS}
 
 RENAMED_ENV = {ENV_PREFIX + "BATCH_SIZE": ENV_PREFIX + "MICRO_BATCH"}  # one name per idea (micro_batch)
 _CASTS = {"max_length": int, "micro_batch": int, "epochs": int, "learning_rate": float, "effective_batch": int,
-          "model_id": str, "dataset": str, "device": str}
+          "model_id": str, "dataset": str, "device": str, "long_model_id": str}
 
 
 def parse_size(raw: str) -> int | None:

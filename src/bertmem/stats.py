@@ -68,8 +68,12 @@ class Comparison:
                 f"({self.basis})")
 
 
-def compare_accuracies(a: Sequence[float], b: Sequence[float], n_examples: int | None = None) -> Comparison:
-    """Is mean(b) − mean(a) outside its 95 % interval? Seed spread and test-set size both count (chapters 3-6)."""
+def compare_accuracies(a: Sequence[float], b: Sequence[float], n_examples: int | None = None,
+                       n_examples_b: int | None = None) -> Comparison:
+    """Is mean(b) − mean(a) outside its 95 % interval? Seed spread and test-set size both count (chapters 3-6).
+
+    `n_examples_b`: b's test-set size where it differs from a's (two different test sets, chapter 9).
+    """
     from scipy import stats as scipy_stats
 
     sa, sb = summarize(a), summarize(b)
@@ -81,8 +85,9 @@ def compare_accuracies(a: Sequence[float], b: Sequence[float], n_examples: int |
             df = seed_var ** 2 / (va ** 2 / (sa.n - 1) + vb ** 2 / (sb.n - 1))
         basis.append(f"{min(sa.n, sb.n)} seeds")
     if n_examples:
-        binom_var = binomial_se(sa.mean, n_examples) ** 2 + binomial_se(sb.mean, n_examples) ** 2
-        basis.append(f"{n_examples} test examples")
+        n_b = n_examples_b or n_examples
+        binom_var = binomial_se(sa.mean, n_examples) ** 2 + binomial_se(sb.mean, n_b) ** 2
+        basis.append(f"{n_examples} test examples" if n_b == n_examples else f"{n_examples} and {n_b} test examples")
     if not basis:
         raise ValueError("one seed each and no test-set size: nothing tells the noise; pass n_examples")
     variance = seed_var + binom_var
