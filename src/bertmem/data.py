@@ -214,6 +214,11 @@ class EncodedDataset(Dataset):
 TRUNCATIONS = ("head", "tail", "head+tail")
 
 
+def content_tokens(texts: Sequence[str], tokenizer) -> list[list[int]]:
+    """Each text's token ids without [CLS] and [SEP], uncut: what a cut or a window reads (chapters 6, 9)."""
+    return tokenizer(list(texts), add_special_tokens=False, truncation=False, verbose=False)["input_ids"]
+
+
 def tokenize_frame(frame: pd.DataFrame, tokenizer, max_length: int, truncation: str = "head",
                    head_tokens: int | None = None) -> EncodedDataset:
     """Tokenize `text`, cut to max_length; no padding yet (chapter 0); head+tail truncation (chapters 6, 9).
@@ -240,7 +245,7 @@ def tokenize_frame(frame: pd.DataFrame, tokenizer, max_length: int, truncation: 
     head = 0 if truncation == "tail" else budget // 4 if head_tokens is None else head_tokens
     if not 0 <= head <= budget:
         raise ValueError(f"head_tokens must be in [0, {budget}] for max_length={max_length}, got {head_tokens}")
-    pieces = tokenizer(frame["text"].tolist(), add_special_tokens=False, truncation=False, verbose=False)["input_ids"]
+    pieces = content_tokens(frame["text"], tokenizer)
     ids = [[tokenizer.cls_token_id] + (p if len(p) <= budget else p[:head] + p[len(p) - (budget - head):])
            + [tokenizer.sep_token_id] for p in pieces]
     encodings = {"input_ids": ids, "attention_mask": [[1] * len(x) for x in ids]}

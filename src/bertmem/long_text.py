@@ -17,7 +17,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
-from .data import subsample
+from .data import content_tokens, subsample
 
 POOLINGS = ("mean", "max")
 
@@ -144,11 +144,6 @@ def pad_windows(windows: Windows, pad_id: int) -> dict[str, torch.Tensor]:
         attention_mask[row, :len(ids)] = 1
     return {"input_ids": input_ids, "attention_mask": attention_mask,
             "document": torch.tensor(windows.document, dtype=torch.long)}
-
-
-def content_tokens(texts, tokenizer) -> list[list[int]]:
-    """Each text's token ids without [CLS] and [SEP], uncut: what `split_windows` reads (chapter 9)."""
-    return tokenizer(list(texts), add_special_tokens=False, truncation=False, verbose=False)["input_ids"]
 
 
 def long_subset(frame: pd.DataFrame, tokenizer, longer_than: int, size: int, seed: int = 0,
