@@ -15,7 +15,7 @@ import warnings
 from bertmem.bench import BenchConfig, run_bench
 from bertmem.plots import markdown_table
 from bertmem.profile import get_profile
-from bertmem.workload import chapter_sizes
+from bertmem.workload import chapter_settings
 
 COLUMNS = ["variant", "activations ratio", "time ratio", "time ratio range", "epoch time ratio", "median step (s)",
            "step spread (IQR / median)", "accuracy", "accuracy std", "accuracy Δ vs noise"]
@@ -24,12 +24,8 @@ COLUMNS = ["variant", "activations ratio", "time ratio", "time ratio range", "ep
 def chapter_bench(dataset: str | None = None, seeds: tuple[int, ...] | None = None) -> BenchConfig:
     """The bench chapter 5 runs live, optionally on another dataset or with other training seeds."""
     profile = get_profile()
-    sizes = chapter_sizes("05", profile)
-    return BenchConfig(model_id=profile.model_id, dataset=dataset or sizes.dataset, train_size=sizes.train_size,
-                       eval_size=sizes.eval_size, max_length=sizes.max_length,
-                       effective_batch=min(sizes.effective_batch, profile.effective_batch),
-                       learning_rate=sizes.learning_rate, device=profile.device, seeds=seeds or sizes.seeds,
-                       progress=False)
+    given = {name: value for name, value in (("dataset", dataset), ("seeds", seeds)) if value}
+    return BenchConfig.from_settings(chapter_settings("05", profile), profile, progress=False, **given)
 
 
 def story(rows: list[dict]) -> dict[str, tuple]:

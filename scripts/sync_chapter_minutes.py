@@ -93,12 +93,13 @@ CPU_WORK = ROOT / "src" / "bertmem" / "recorded" / "cpu-work.json"
 
 
 def record_cpu_work(dry_run: Path) -> None:
-    """Write each chapter's dry-run wall time (seconds) into the package's recorded/cpu-work.json."""
+    """Write each dry-run chapter's wall time (seconds) into the package's recorded/cpu-work.json (others stay)."""
     result = json.loads(dry_run.read_text(encoding="utf-8"))
     failed = [r["notebook"] for r in result["chapters"] if r.get("error")]
     if failed:
         raise SystemExit(f"{dry_run}: these notebooks failed in the dry run, so their times mean little: {failed}")
-    seconds = {r["notebook"].split("_")[0]: round(r["wall_time_s"], 1) for r in result["chapters"]}
+    seconds = json.loads(CPU_WORK.read_text(encoding="utf-8"))["seconds"]  # a dry run of some chapters: theirs
+    seconds.update({r["notebook"].split("_")[0]: round(r["wall_time_s"], 1) for r in result["chapters"]})
     CPU_WORK.write_text(json.dumps({"what": "GPU-profile dry run on a 2-core CPU: MiniLM, 16 examples, 64 tokens",
                                     "seconds": seconds}, indent=1) + "\n", encoding="utf-8")
     print(f"{CPU_WORK.name}: {seconds}")

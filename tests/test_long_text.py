@@ -1,4 +1,5 @@
-"""Chapter 9's helpers: windows that round-trip, pooling that ignores window order, a chunked classifier."""
+"""Chapter 9's helpers: windows that round-trip, pooling that ignores window order, a chunked classifier,
+attention pooling and its scorer."""
 
 import dataclasses
 
@@ -7,8 +8,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bertmem.long_text import (ChunkedClassifier, join_windows, pad_windows, pool_windows, split_windows,
-                               window_starts)
+from bertmem.long_text import (ChunkedClassifier, fit_scorer, join_windows, pad_windows, pool_windows,
+                               pooled_correct, read_windows, split_windows, window_count, window_starts)
 from bertmem.models import tiny_classifier
 
 CLS, SEP, PAD = 101, 102, 0
@@ -20,6 +21,13 @@ def test_window_starts_cover_the_text_and_end_at_its_last_token():
     assert window_starts(11, 4, 3) == [0, 3, 6, 7]  # the last window moves back to end at token 11
     with pytest.raises(ValueError, match="stride"):
         window_starts(10, 4, 5)
+
+
+def test_window_count_is_the_windows_split_windows_makes():
+    for length, window, stride in ((1024, 512, 384), (512, 512, 384), (3, 8, 4), (100, 10, 3)):
+        windows = split_windows([list(range(length - 2)) or [0]], window, stride, CLS, SEP)
+        assert window_count(length, window, stride) == len(windows.input_ids)
+    assert window_count(1024, 512, 384) == 3 and window_count(1024, 512, 128) == 5
 
 
 @settings(max_examples=60, deadline=None)
@@ -50,6 +58,41 @@ def test_pooling_is_per_document_and_ignores_window_order():
         pool_windows(logits, document, 2, "median")
 
 
+def test_attention_pooling_weighs_windows_by_a_softmax_of_their_scores_per_document():
+    logits = torch.tensor([[1.0, 0.0], [3.0, 2.0], [0.0, 5.0], [-1.0, 1.0], [4.0, 4.0]])
+    document = torch.tensor([0, 0, 1, 1, 2])
+    same = pool_windows(logits, document, 3, "attention", torch.full((5,), 7.0))
+    torch.testing.assert_close(same, pool_windows(logits, document, 3, "mean"))  # equal scores: the mean
+    sharp = pool_windows(logits, document, 3, "attention", torch.tensor([0.0, 50.0, 50.0, 0.0, -3.0]))
+    torch.testing.assert_close(sharp, torch.tensor([[3.0, 2.0], [0.0, 5.0], [4.0, 4.0]]))  # the top window
+    scores = torch.tensor([0.3, -1.0, 2.0, 0.5, 1.0])
+    weights = torch.softmax(torch.tensor([2.0, 0.5]), 0)  # document 1's windows only
+    torch.testing.assert_close(pool_windows(logits, document, 3, "attention", scores)[1],
+                               weights[0] * logits[2] + weights[1] * logits[3])
+    order = torch.tensor([4, 3, 1, 0, 2])
+    torch.testing.assert_close(pool_windows(logits[order], document[order], 3, "attention", scores[order]),
+                               pool_windows(logits, document, 3, "attention", scores))
+    huge = pool_windows(logits, document, 3, "attention", torch.tensor([1e4, 0.0, 0.0, 0.0, 0.0]))
+    assert torch.isfinite(huge).all()  # the top score is shifted to 0 before exp
+    with pytest.raises(ValueError, match="takes scores"):
+        pool_windows(logits, document, 3, "attention")
+    with pytest.raises(ValueError, match="takes scores"):
+        pool_windows(logits, document, 3, "mean", scores)
+
+
+def test_attention_pooled_classifier_starts_as_the_mean_and_trains_its_scorer():
+    model = tiny_classifier(seed=0, dropout=0.0)
+    batch = pad_windows(split_windows([[200 + i for i in range(30)], [300 + i for i in range(9)]], 10, 4, CLS, SEP),
+                        PAD)
+    labels = torch.tensor([1, 0])
+    attention = ChunkedClassifier(model, pooling="attention")
+    out = attention(**batch, labels=labels)
+    torch.testing.assert_close(out.logits, ChunkedClassifier(model, "mean")(**batch).logits)
+    out.loss.backward()
+    assert attention.scorer.weight.grad.abs().sum() > 0  # the scores reach the loss
+    assert model.get_input_embeddings().weight.grad[200].abs().sum() > 0  # and so does the encoder
+
+
 def test_one_window_per_document_gives_the_classifiers_own_loss():
     model = tiny_classifier(seed=0, dropout=0.0).eval()
     documents = [[200 + i for i in range(6)], [300 + i for i in range(5)]]
@@ -71,6 +114,35 @@ def test_a_long_document_trains_through_every_window():
     embeddings = model.get_input_embeddings().weight.grad
     assert out.logits.shape == (1, 2)
     assert all(embeddings[200 + i].abs().sum() > 0 for i in range(30))  # no token is cut off
+
+
+def test_a_chunked_classifier_checkpoints_its_encoder_and_refuses_levers_it_cannot_place():
+    from bertmem.models import checkpointing_enabled, enable_gradient_checkpointing
+    from bertmem.train import TrainConfig, prepare_trainable
+
+    model = tiny_classifier(seed=0, dropout=0.0)
+    chunked = ChunkedClassifier(model, pooling="attention")
+    enable_gradient_checkpointing(chunked)
+    assert checkpointing_enabled(model)
+    batch = pad_windows(split_windows([[200 + i for i in range(30)]], 10, 4, CLS, SEP), PAD)
+    chunked(**batch, labels=torch.tensor([1])).loss.backward()
+    assert chunked.scorer.weight.grad is not None
+    prepare_trainable(chunked, TrainConfig())  # nothing asked: nothing to refuse
+    for lever in (dict(lora_r=8), dict(freeze_layers=1), dict(layerwise_decay=0.9)):
+        with pytest.raises(ValueError, match=f"{next(iter(lever))} need a transformers classifier"):
+            prepare_trainable(chunked, TrainConfig(**lever))
+    assert checkpointing_enabled(chunked)  # seen through the wrapper, as the memory measurement asks
+
+
+def test_bertmem_train_refuses_window_with_encoder_levers_before_loading_anything(tmp_path, capsys):
+    from bertmem.cli import main
+
+    out = tmp_path / "run"
+    with pytest.raises(SystemExit) as stop:
+        main(["train", "--model", "tiny-bert", "--dataset", str(tmp_path / "missing.csv"), "--window", "16",
+              "--max-length", "64", "--lora-r", "4", "--output-dir", str(out)])
+    assert stop.value.code == 2 and not out.exists()  # refused before the (missing) data or the folder
+    assert "lora_r cannot find its encoder" in capsys.readouterr().err
 
 
 def test_the_planner_reads_a_long_document_as_its_windows():
@@ -138,19 +210,45 @@ def test_long_subset_keeps_only_reviews_longer_than_the_limit_balanced_per_label
         long_subset(frame, tokenizer, longer_than=55, size=3)  # three long reviews, one of them negative
 
 
-def test_predict_windows_scores_each_review_once_from_its_pooled_windows():
-    from bertmem.long_text import predict_windows
-
+def test_read_windows_scores_each_review_once_from_its_pooled_windows():
     model = tiny_classifier(seed=0, dropout=0.0)
-    documents = [[200 + i for i in range(30)], [300 + i for i in range(5)]]
-    batch = pad_windows(split_windows(documents, 12, 5, CLS, SEP), PAD)
-    labels = torch.tensor([1, 0])
-    correct = predict_windows(model, [{**batch, "labels": labels}])
+    documents = [[200 + i for i in range(30)], [300 + i for i in range(5)], [400 + i for i in range(12)]]
+    windows = split_windows(documents, 12, 5, CLS, SEP)
+    batch = pad_windows(windows, PAD)
+    labels = torch.tensor([1, 0, 1])
+    whole = {**batch, "labels": labels}
+    first = {**pad_windows(split_windows(documents[:2], 12, 5, CLS, SEP), PAD), "labels": labels[:2]}
+    second = {**pad_windows(split_windows(documents[2:], 12, 5, CLS, SEP), PAD), "labels": labels[2:]}
+    reading = read_windows(model, [first, second])  # two batches: documents numbered across them
+    assert reading.document.tolist() == windows.document and torch.equal(reading.labels, labels)
+    torch.testing.assert_close(reading.logits, read_windows(model, [whole]).logits)
+    assert reading.vectors.shape == (len(windows.input_ids), model.config.hidden_size)
     for how in ("mean", "max"):
         pooled = ChunkedClassifier(model, how).eval()(**batch).logits
-        assert correct[how] == (pooled.argmax(-1) == labels).int().tolist()
+        assert pooled_correct(reading, how) == (pooled.argmax(-1) == labels).int().tolist()
     batch["labels"] = labels
     assert ChunkedClassifier(model)(**batch).loss.ndim == 0  # `.loss`, as a plain classifier's output has
+
+
+def test_a_fitted_scorer_learns_to_trust_the_window_that_knows_the_label():
+    """Each document has one window whose logits say its label and noise windows; the scorer finds the first kind
+    from a feature only those windows carry, and attention then beats the mean."""
+    from bertmem.long_text import WindowReading
+
+    generator = torch.Generator().manual_seed(0)
+    documents, per_document = 64, 4
+    labels = torch.randint(0, 2, (documents,), generator=generator)
+    logits = 3 * torch.randn(documents * per_document, 2, generator=generator)
+    vectors = torch.randn(documents * per_document, 8, generator=generator)
+    informative = torch.arange(documents) * per_document  # the first window of each document
+    logits[informative] = 4 * torch.nn.functional.one_hot(labels, 2).float() - 2
+    vectors[informative, 0] += 3.0  # what marks it
+    reading = WindowReading(logits, vectors, torch.arange(documents).repeat_interleave(per_document), labels)
+    scorer = fit_scorer(reading, steps=200, lr=5e-2)
+    assert scorer.weight[0, 0] > scorer.weight[0, 1:].abs().max()
+    assert sum(pooled_correct(reading, "attention", scorer)) > sum(pooled_correct(reading, "mean")) + 5
+    untrained = fit_scorer(reading, steps=0)
+    assert pooled_correct(reading, "attention", untrained) == pooled_correct(reading, "mean")
 
 
 def test_bertmem_train_reads_windows_end_to_end_and_saves_a_plain_classifier(tmp_path, reviews_csv):
@@ -185,31 +283,52 @@ def test_a_window_needs_room_and_a_stride_needs_a_window():
 
 @pytest.mark.slow
 def test_long_input_estimates_order_the_readings_as_the_chapter_says():
-    from bertmem.long_text import estimated_encoder_rows, estimated_long_rows
+    from bertmem.long_memory import long_input_estimates
 
-    rows = {row["reading"]: row for row in estimated_long_rows((512, 2048), window=512, stride=384)}
+    rows = {row["reading"]: row for row in long_input_estimates((512, 2048), window=512, stride=384)}
     eager, fused = rows["one sequence, eager attention"], rows["one sequence, SDPA"]
     checkpointed = rows["one sequence, SDPA + checkpointing"]
     windows = rows["windows of 512 every 384 tokens, SDPA"]
     assert eager[2048] > fused[2048] > checkpointed[2048]  # the n² scores, then the saved activations
     assert windows[512] == pytest.approx(fused[512])  # one window is the sequence itself
     assert eager[2048] - eager[512] > 2 * (windows[2048] - windows[512])  # quadratic against linear growth
-    encoders = {row["reading"]: row for row in estimated_encoder_rows((1024,))}
-    assert encoders["ModernBERT-base"][1024] > 0 and encoders["BigBird-RoBERTa-base, fp32"][1024] > 0
-    assert encoders["Longformer-base (not traceable)"][1024] is None
+    assert list(rows)[4:] == ["ModernBERT-base", "Longformer-base", "BigBird-RoBERTa-base, fp32"]
+    assert all(row[n] > 0 for row in rows.values() for n in (512, 2048))
+    alone = long_input_estimates((512,), window=512, stride=384, workers=1)  # one process: the same numbers
+    assert [row[512] for row in alone] == [row[512] for row in rows.values()]
 
 
 @pytest.mark.slow
-def test_the_encoders_the_estimator_cannot_trace_fail_as_the_chapter_says():
-    """Longformer asks whether any token is global with `.item()`; BigBird's fp16 step scatters mixed dtypes."""
-    from torch._subclasses.fake_tensor import DataDependentOutputException
-    from transformers import BigBirdConfig, LongformerConfig
+def test_longformers_estimate_with_a_global_cls_is_a_real_step_on_this_cpu():
+    """FakeTensorMode cannot ask the data which tokens attend globally; the estimate answers [CLS], as the
+    classifier sets it, and then agrees with a real step byte for byte (this machine's kernels)."""
+    from transformers import AutoModelForSequenceClassification, LongformerConfig
 
     from bertmem.estimate import estimate_step_memory
-    from bertmem.long_text import long_position_config
+    from bertmem.memory import measure_step_memory
 
-    with pytest.raises(DataDependentOutputException):
-        estimate_step_memory(long_position_config(LongformerConfig(), 1026), 1, 1024, precision="fp16",
-                             attention="eager")
+    config = LongformerConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermediate_size=128,
+                              attention_window=32, max_position_embeddings=260, vocab_size=1000, num_labels=2)
+    from transformers.models.longformer.modeling_longformer import LongformerSelfAttention
+
+    item, indices = torch.Tensor.item, LongformerSelfAttention.__dict__["_get_global_attn_indices"]
+    estimated = estimate_step_memory(config, 2, 256, precision="fp32", attention="eager", device="cpu")
+    assert torch.Tensor.item is item  # the answers are given only inside the estimate
+    assert LongformerSelfAttention.__dict__["_get_global_attn_indices"] is indices
+    torch.manual_seed(0)
+    model = AutoModelForSequenceClassification.from_config(config, attn_implementation="eager").train()
+    ids = torch.randint(5, 1000, (2, 256))
+    batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": torch.tensor([0, 1])}
+    real = measure_step_memory(model, batch, torch.optim.AdamW(model.parameters(), foreach=False))
+    assert estimated.step_peak == pytest.approx(real.step_peak, rel=1e-3)
+
+
+@pytest.mark.slow
+def test_bigbirds_fp16_step_does_not_trace_as_the_chapter_says():
+    """BigBird's fp16 step scatters mixed dtypes under FakeTensorMode; the chapter estimates it in fp32."""
+    from transformers import BigBirdConfig
+
+    from bertmem.estimate import estimate_step_memory
+
     with pytest.raises(RuntimeError, match="scatter"):
         estimate_step_memory(BigBirdConfig(), 1, 1024, precision="fp16", attention="eager")

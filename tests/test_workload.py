@@ -7,8 +7,9 @@ import pytest
 from bertmem.estimate import parameter_count
 from bertmem.planner import GIB, PlanRequest, plan_micro_batch
 from bertmem.profile import get_profile
-from bertmem.workload import (CARDS, FIRST_RUN_MINUTES, MODEL_LOAD_SECONDS, Card, ChapterSizes, Run, card_for,
-                              chapter_minutes, chapter_sizes, cpu_work_minutes, run_seconds, setup_line)
+from bertmem.loaders import DataConfig
+from bertmem.workload import (CARDS, FIRST_RUN_MINUTES, MODEL_LOAD_SECONDS, Card, Run, card_for, chapter_minutes,
+                              chapter_settings, cpu_work_minutes, run_seconds, setup_line)
 
 BERT_BASE = 109_483_778
 ROOT = Path(__file__).resolve().parents[1]
@@ -19,12 +20,12 @@ def test_parameter_count_of_bert_base_classifier():
 
 
 def test_run_seconds_is_six_pt_at_its_precision_plus_two_pt_in_fp32_plus_a_load():
-    sizes = ChapterSizes("imdb", train_size=100, eval_size=50, max_length=512)
+    data = DataConfig("imdb", train_size=100, eval_size=50, max_length=512)
     card = Card("test", 16, {"fp32": 10.0, "fp16": 80.0}, "none")
-    seconds = run_seconds(Run(sizes, epochs=2, repeats=3), 1_000_000, card, utilisation=0.5)
+    seconds = run_seconds(Run(data, epochs=2, repeats=3), 1_000_000, card, utilisation=0.5)
     train, evaluation = 6 * 1e6 * 100 * 512 * 2, 2 * 1e6 * 50 * 512 * 2  # one evaluation per epoch
     assert seconds == pytest.approx(3 * ((train + evaluation) / (10e12 * 0.5) + MODEL_LOAD_SECONDS))
-    fp16 = run_seconds(Run(sizes, precision="auto"), 1_000_000, card, utilisation=0.5)
+    fp16 = run_seconds(Run(data, precision="auto"), 1_000_000, card, utilisation=0.5)
     # training at the fp16 rate, evaluation in fp32 (evaluate runs without autocast)
     expected = 6 * 1e6 * 100 * 512 / (80e12 * 0.5) + 2 * 1e6 * 50 * 512 / (10e12 * 0.5) + MODEL_LOAD_SECONDS
     assert fp16 == pytest.approx(expected)
@@ -70,17 +71,37 @@ def test_gpu_profile_batch_fits_a_t4_in_fp32_by_the_planner():
     assert profile.micro_batch <= plan.largest_fitting_batch
 
 
-def test_chapter_sizes_are_capped_by_profile_overrides():
+def test_chapter_settings_are_capped_by_profile_overrides():
     tiny = get_profile("gpu", env={"BERTMEM_TRAIN_SIZE": "16", "BERTMEM_EVAL_SIZE": "8",
-                                   "BERTMEM_MAX_LENGTH": "64"})
+                                   "BERTMEM_MAX_LENGTH": "64", "BERTMEM_EFFECTIVE_BATCH": "8"})
     for chapter in ("00", "03", "04", "05", "06-warmup", "06-truncation", "08", "09"):
-        sizes = chapter_sizes(chapter, tiny)
-        assert sizes.train_size <= 16 and sizes.eval_size <= 8 and sizes.max_length <= 64
-    cpu = chapter_sizes("03", get_profile("cpu", env={}))
-    assert (cpu.train_size, cpu.max_length) == (400, 128)
-    assert chapter_sizes("00", get_profile("full", env={})).train_size is None
-    with pytest.raises(ValueError, match="no sizes for chapter"):
-        chapter_sizes("99", tiny)
+        data, recipe, seeds = chapter_settings(chapter, tiny)
+        assert data.train_size <= 16 and data.eval_size <= 8 and data.max_length <= 64
+        assert data.micro_batch <= 8 and seeds  # a chapter's micro-batch never exceeds the effective batch
+    data, recipe, seeds = chapter_settings("03", get_profile("cpu", env={}))
+    assert (data.train_size, data.max_length, recipe.precision, seeds) == (400, 128, "fp32", (0,))
+    data, recipe, seeds = chapter_settings("05", get_profile("cpu", env={}))
+    assert (data.dataset, data.micro_batch, recipe.learning_rate, seeds) == ("rotten_tomatoes", 16, 2e-4, (0, 1))
+    assert chapter_settings("00", get_profile("full", env={})).data.train_size is None
+    with pytest.raises(ValueError, match="no settings for chapter"):
+        chapter_settings("99", tiny)
+
+
+def test_a_chapters_bench_is_its_settings_and_goes_back_to_them():
+    from bertmem.bench import BenchConfig, variant_settings
+
+    profile = get_profile("cpu", env={})
+    settings = chapter_settings("05", profile)
+    bench = BenchConfig.from_settings(settings, profile)
+    assert (bench.dataset, bench.train_size, bench.eval_size, bench.max_length) == (
+        "rotten_tomatoes", 768, 500, 64)
+    assert (bench.effective_batch, bench.learning_rate, bench.seeds, bench.model_id) == (
+        16, 2e-4, (0, 1), profile.model_id)
+    _, data, recipe = variant_settings(bench, "fp32 baseline")
+    assert (data.dataset, data.train_size, data.micro_batch, recipe.learning_rate) == (
+        settings.data.dataset, settings.data.train_size, settings.data.micro_batch, settings.recipe.learning_rate)
+    accumulating = settings._replace(recipe=settings.recipe.__class__(accumulation_steps=2))
+    assert BenchConfig.from_settings(accumulating, profile).effective_batch == 32
 
 
 def test_cards_pick_their_sixteen_bit_format_and_reject_missing_peaks():
@@ -107,9 +128,9 @@ def test_setup_line_estimates_the_gpu_profile_on_a_cpu_machine():
 
 
 def test_every_epoch_is_evaluated_in_the_estimate():
-    sizes = ChapterSizes("rotten_tomatoes", train_size=None, eval_size=None, max_length=64)
+    data = DataConfig("rotten_tomatoes", train_size=None, eval_size=None, max_length=64)
     card = Card("test", 16, {"fp32": 1.0}, "none", utilisation=1.0)
-    two = run_seconds(Run(sizes, epochs=2), 1000, card)
+    two = run_seconds(Run(data, epochs=2), 1000, card)
     assert two == pytest.approx((6 * 1000 * 8530 * 64 * 2 + 2 * 1000 * 1066 * 64 * 2) / 1e12 + MODEL_LOAD_SECONDS)
 
 

@@ -16,18 +16,12 @@ from .footprint import LORA_LR_FACTOR, LORA_RANK
 from .loaders import DataConfig, build_loaders, load_frames
 from .memory import measure_step_memory
 from .stats import compare_accuracies, compare_paired, step_timing, summarize
-from .workload import matmul_tflops, model_flops_utilisation
+from .workload import ChapterSettings, matmul_tflops, model_flops_utilisation
 from .profile import CPU_DEFAULTS as CPU, Profile, parse_size, seed_everything
 from .train import TrainConfig
 
 VARIANTS = ("fp32 baseline", "accumulation ×4", "mixed precision + accumulation", "full recipe",
             "full + gradient checkpointing", "smallest footprint")
-SEED_TABLE = [  # the seed article's table (IMDb, RTX 3090), as printed there: not reproducible from it
-    {"variant": "fp32 baseline", "memory (GB)": 10.2, "time per epoch (min)": 42, "F1": 0.923},
-    {"variant": "accumulation ×4", "memory (GB)": 6.1, "time per epoch (min)": 48, "F1": 0.921},
-    {"variant": "mixed precision + accumulation", "memory (GB)": 4.3, "time per epoch (min)": 35, "F1": 0.925},
-    {"variant": "full recipe", "memory (GB)": 3.8, "time per epoch (min)": 32, "F1": 0.927},
-]
 
 
 @dataclass(frozen=True)
@@ -69,6 +63,17 @@ class BenchConfig(RefusesRenamed):
         unknown = [v for v in self.variants if v not in VARIANTS]
         if unknown:
             raise ValueError(f"unknown variant(s) {unknown}: choose from {VARIANTS}")
+
+    @classmethod
+    def from_settings(cls, settings: ChapterSettings, profile: Profile, **overrides) -> "BenchConfig":
+        """A chapter's bench: its data, seeds, learning rate and epochs, an optimizer step of its micro-batch times
+        its accumulation steps; the profile's model and device (chapter 5). `variant_settings` goes back."""
+        data, recipe, seeds = settings
+        values = dict(model_id=profile.model_id, device=profile.device, dataset=data.dataset,
+                      train_size=data.train_size, eval_size=data.eval_size, max_length=data.max_length,
+                      data_seed=data.data_seed, effective_batch=data.micro_batch * recipe.accumulation_steps,
+                      learning_rate=recipe.learning_rate, epochs=recipe.epochs, seeds=seeds)
+        return cls(**{**values, **overrides})
 
     @classmethod
     def from_profile(cls, profile: Profile, **overrides) -> "BenchConfig":

@@ -16,13 +16,12 @@ def estimated_minutes(bench: BenchConfig, card=None) -> float:
     forward work under gradient checkpointing), as `workload.chapter_runs` costs chapter 5.
     """
     from .estimate import parameter_count
-    from .workload import CARDS, ChapterSizes, Run, run_seconds
+    from .workload import CARDS, Run, run_seconds
 
-    sizes = ChapterSizes(bench.dataset, bench.train_size, bench.eval_size, bench.max_length)
     params, seconds = parameter_count(bench.model_id), 0.0
     for variant in bench.variants:
-        recipe = variant_settings(bench, variant)[2]
-        run = Run(sizes, epochs=bench.epochs, repeats=len(bench.seeds), precision=recipe.precision,
+        _, data, recipe = variant_settings(bench, variant)
+        run = Run(data, recipe.precision, epochs=bench.epochs, repeats=len(bench.seeds),
                   recompute=4 / 3 if recipe.gradient_checkpointing else 1.0)
         seconds += run_seconds(run, params, card or CARDS["T4"])
     return seconds / 60

@@ -95,6 +95,43 @@ ESTIMATED_OPTIMIZERS = ("adamw", "adamw8bit", "adafactor", "sgd", "none")
 
 
 @contextlib.contextmanager
+def _longformer_global_cls(config) -> Iterator[None]:
+    """Longformer's two questions about the data, answered as its classifier asks them: [CLS], and only [CLS],
+    attends globally in every row (chapter 9). FakeTensorMode cannot answer them (`.item()`, `.nonzero()`)."""
+    if config.model_type != "longformer":
+        yield
+        return
+    from torch._subclasses.fake_tensor import FakeTensor
+    from transformers.models.longformer import modeling_longformer as longformer
+
+    attention, item, own_item = longformer.LongformerSelfAttention, torch.Tensor.item, "item" in vars(torch.Tensor)
+    indices = vars(attention).get("_get_global_attn_indices")
+    if indices is None:
+        raise NotImplementedError("this transformers' Longformer has no _get_global_attn_indices: its estimate needs "
+                                  "updating (bertmem.estimate._longformer_global_cls)")
+
+    def any_global(tensor):  # `is_index_global_attn.flatten().any().item()`: yes, [CLS]
+        if isinstance(tensor, FakeTensor) and tensor.dtype == torch.bool and tensor.numel() == 1:
+            return True
+        return item(tensor)
+
+    def cls_indices(is_index_global_attn):  # one global token, position 0, per row; none padded
+        rows = torch.arange(is_index_global_attn.shape[0], device=is_index_global_attn.device)
+        first = torch.zeros_like(rows)
+        return 1, (rows, first), (rows, first), (rows[:0], rows[:0])
+
+    torch.Tensor.item, attention._get_global_attn_indices = any_global, staticmethod(cls_indices)
+    try:
+        yield
+    finally:
+        attention._get_global_attn_indices = indices
+        if own_item:
+            torch.Tensor.item = item
+        else:  # inherited from torch's C base class: remove the override
+            del torch.Tensor.item
+
+
+@contextlib.contextmanager
 def _fake_step(config_or_model_id, batch_size: int, seq_len: int, attention: str, optimizer: str,
                gradient_checkpointing: bool, attention_dropout: float | None, num_labels: int, device: str,
                lora_r: int | None = None, freeze_layers: int = 0):
@@ -113,7 +150,8 @@ def _fake_step(config_or_model_id, batch_size: int, seq_len: int, attention: str
             apply_lora(model, lora_r)
         if freeze_layers:
             freeze_lower_layers(model, freeze_layers)
-    with FakeTensorMode(allow_non_fake_inputs=True), _cuda_like_kernels(attention, device):
+    with (FakeTensorMode(allow_non_fake_inputs=True), _cuda_like_kernels(attention, device),
+          _longformer_global_cls(config)):
         model.to_empty(device="cpu")
         model.train()
         if gradient_checkpointing:

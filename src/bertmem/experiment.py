@@ -19,7 +19,7 @@ from .models import classifier_from_config, load_classifier, load_tokenizer, tin
 from .devices import require_device, resolve_device
 from .profile import MINILM_ID, seed_everything
 from .run_config import BACKENDS, TINY_MODEL, RunConfig  # noqa: F401  (also importable from here, as before)
-from .train import TrainConfig, TrainResult, train
+from .train import TrainConfig, TrainResult, encoder_levers, train
 
 
 def build_model(run: RunConfig, label_names: list[str], max_length: int = 512):
@@ -56,6 +56,10 @@ def parameter_checksum(model: torch.nn.Module) -> float:
 
 def run_experiment(run: RunConfig, data: DataConfig, config: TrainConfig) -> dict[str, Any]:
     """Load data and model, train with the chosen backend, evaluate, write the output folder (chapter 5)."""
+    if data.window is not None and encoder_levers(config):  # before anything loads (train() would refuse later)
+        levers = ", ".join(encoder_levers(config))
+        raise ValueError(f"--window trains a pooling wrapper around the classifier; {levers} cannot find its "
+                         "encoder there: drop them, or drop --window")
     device = require_device(run.device) if run.device is not None else None
     if run.output_dir:  # before any data or model is loaded: a bad folder must not cost a training run
         prepare_output_dir(run)

@@ -16,6 +16,7 @@ from torch.utils.data import DataLoader
 from .data import (EVAL_SPLITS, HUB_IDS, TRUNCATIONS, load_text_classification, make_loader, split_file,
                    subsample, tokenize_frame)
 from .flags import RefusesRenamed
+from .long_text import check_window, default_stride, window_loader
 from .profile import CPU_DEFAULTS as CPU, Profile, check_subset_sizes, parse_size
 
 
@@ -70,18 +71,12 @@ class DataConfig(RefusesRenamed):
             raise ValueError(f"truncation must be one of {TRUNCATIONS}, got {self.truncation!r}")
         if self.data_seed < 0:
             raise ValueError(f"data_seed must be >= 0, got {self.data_seed}")
-        if self.window is not None and not 3 <= self.window <= self.max_length:
-            raise ValueError(f"window must be in [3, max_length={self.max_length}], got {self.window}: raise "
-                             "--max-length to read more of each text")
-        if self.stride is not None and (self.window is None or not 1 <= self.stride <= self.window - 2):
-            raise ValueError(f"stride needs a window and must be in [1, window - 2], got {self.stride}")
+        check_window(self.window, self.stride, self.max_length)
 
     def window_stride(self) -> int:
         """Tokens of text between window starts: the given stride, else three quarters of a window (chapter 9)."""
         if self.window is None:
             raise ValueError("no window: set window (--window) to read texts in windows")
-        from .long_text import default_stride
-
         return self.stride or default_stride(self.window)
 
     @classmethod
@@ -152,8 +147,6 @@ def build_loaders(data: DataConfig, tokenizer, frames=None, seed: int = 0) -> Lo
     """
     train_frame, eval_frame = frames if frames is not None else load_frames(data)
     if data.window is not None:  # windows of every text, pooled per text (chapter 9)
-        from .long_text import window_loader
-
         read = dict(window=data.window, stride=data.window_stride(), max_tokens=data.max_length - 2)
         return Loaders(window_loader(train_frame, tokenizer, documents_per_batch=data.micro_batch, shuffle=True,
                                      seed=seed, **read),

@@ -3,8 +3,8 @@
 A document's tokens (without special tokens) are cut into windows of `window` positions, [CLS] and [SEP]
 included, that start every `stride` content tokens; the last window ends at the document's last token, so
 every token is in at least one window and none is dropped. The encoder reads each window; the document's
-logits pool the windows' logits (mean or max). Memory per step grows with the number of windows, linearly,
-where one long sequence grows with its square under eager attention.
+logits pool the windows' logits (mean, max, or attention: a softmax of learned window scores). Memory per step
+grows with the number of windows, linearly, where one long sequence grows with its square under eager attention.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from torch.utils.data import DataLoader
 
 from .data import content_tokens, subsample
 
-POOLINGS = ("mean", "max")
+POOLINGS = ("mean", "max", "attention")
 
 
 def default_stride(window: int) -> int:
@@ -40,6 +40,22 @@ def window_starts(length: int, size: int, stride: int) -> list[int]:
         return [0]
     starts = list(range(0, length - size, stride))
     return starts + [length - size]
+
+
+def check_window(window: int | None, stride: int | None, max_length: int) -> None:
+    """A window holds [CLS], [SEP] and a token, at most max_length; a stride needs a window and lies in
+    [1, window - 2] (`DataConfig`, `PlanRequest`; chapter 9)."""
+    if window is not None and not 3 <= window <= max_length:
+        raise ValueError(f"window must be in [3, max_length={max_length}], got {window}: raise --max-length "
+                         "(max_length) to read more of each text")
+    if stride is not None and (window is None or not 1 <= stride <= window - 2):
+        raise ValueError(f"stride needs a window and must be in [1, window - 2], got {stride}")
+
+
+def window_count(length: int, window: int, stride: int) -> int:
+    """How many windows of `window` positions read a text of `length` tokens, [CLS] and [SEP] counted in both
+    (planner, estimates; chapter 9)."""
+    return len(window_starts(max(length - 2, 1), window - 2, stride))
 
 
 @dataclass(frozen=True)
@@ -83,17 +99,30 @@ def join_windows(windows: Windows, documents: int) -> list[list[int]]:
 
 
 def pool_windows(
-    logits: torch.Tensor, document: torch.Tensor, documents: int, how: str = "mean"
+    logits: torch.Tensor,
+    document: torch.Tensor,
+    documents: int,
+    how: str = "mean",
+    scores: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Per-document logits: the mean or maximum over each document's windows (ch. 9)."""
+    """Per-document logits over each document's windows: their mean, their maximum, or
+    (attention) their mean weighted by a softmax of `scores`, one per window (ch. 9)."""
     if how not in POOLINGS:
         raise ValueError(f"pooling must be one of {POOLINGS}, got {how!r}")
-    index = document.to(logits.device).unsqueeze(1).expand_as(logits)
-    start = torch.zeros(
-        documents, logits.shape[1], dtype=logits.dtype, device=logits.device
-    )
+    if (how == "attention") != (scores is not None):
+        raise ValueError("attention pooling takes scores, one per window; mean, max none")
+    document = document.to(logits.device)
+    rows = logits.new_zeros(documents, logits.shape[1])
+    if how == "attention":  # softmax within each document; its top score shifted to 0
+        top = scores.new_full((documents,), -torch.inf)
+        top = top.scatter_reduce(0, document, scores.detach(), reduce="amax")
+        weights = (scores - top[document]).exp()
+        total = weights.new_zeros(documents).index_add(0, document, weights)
+        weights = (weights / total[document]).to(logits.dtype)
+        return rows.index_add(0, document, weights.unsqueeze(1) * logits)
+    index = document.unsqueeze(1).expand_as(logits)
     reduce = "mean" if how == "mean" else "amax"
-    return start.scatter_reduce(0, index, logits, reduce=reduce, include_self=False)
+    return rows.scatter_reduce(0, index, logits, reduce=reduce, include_self=False)
 
 
 @dataclass(frozen=True)
@@ -109,7 +138,8 @@ class ChunkedClassifier(nn.Module):
 
     `forward(input_ids, attention_mask, document, labels)`: windows in, one row of
     logits per document out; the loss is the cross-entropy of the pooled logits, so
-    training reaches every window (end to end).
+    training reaches every window (end to end). Attention pooling scores each window's
+    last-layer [CLS] vector with a linear scorer that starts at zero: the mean.
     """
 
     def __init__(self, classifier: nn.Module, pooling: str = "mean") -> None:
@@ -117,6 +147,10 @@ class ChunkedClassifier(nn.Module):
         if pooling not in POOLINGS:
             raise ValueError(f"pooling must be one of {POOLINGS}, got {pooling!r}")
         self.classifier, self.pooling = classifier, pooling
+        if pooling == "attention":
+            hidden = classifier.config.hidden_size
+            self.scorer = nn.Linear(hidden, 1, bias=False)  # a softmax ignores a bias
+            nn.init.zeros_(self.scorer.weight)
 
     def forward(
         self,
@@ -125,11 +159,13 @@ class ChunkedClassifier(nn.Module):
         document: torch.Tensor,
         labels: torch.Tensor | None = None,
     ) -> PooledOutput:
-        window_logits = self.classifier(
-            input_ids=input_ids, attention_mask=attention_mask
-        ).logits
+        attend = self.pooling == "attention"
+        out = self.classifier(
+            input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=attend
+        )
+        scores = self.scorer(out.hidden_states[-1][:, 0]).squeeze(1) if attend else None
         documents = int(document.max()) + 1
-        logits = pool_windows(window_logits, document, documents, self.pooling)
+        logits = pool_windows(out.logits, document, documents, self.pooling, scores)
         loss = None if labels is None else nn.functional.cross_entropy(logits, labels)
         return PooledOutput(logits, loss)
 
@@ -184,94 +220,65 @@ def window_loader(frame: pd.DataFrame, tokenizer, window: int, stride: int, docu
     return DataLoader(items, batch_size=documents_per_batch, shuffle=shuffle, generator=generator, collate_fn=collate)
 
 
-@torch.no_grad()
-def predict_windows(
-    classifier: nn.Module, batches, poolings: tuple[str, ...] = POOLINGS
-) -> dict[str, list[int]]:
-    """Each review's 0/1 score per pooling, a classifier reading its windows (ch. 9).
+@dataclass(frozen=True)
+class WindowReading:
+    """Every window of some documents, read once: logits, last-layer [CLS] vectors, whose document, the labels."""
 
-    The windows are read once; each pooling combines the same window logits.
+    logits: torch.Tensor  # (windows, classes)
+    vectors: torch.Tensor  # (windows, hidden size)
+    document: torch.Tensor  # (windows,): the index of each window's document in `labels`
+    labels: torch.Tensor  # (documents,)
+
+
+@torch.no_grad()
+def read_windows(classifier: nn.Module, batches) -> WindowReading:
+    """Each window's logits and [CLS] vector, in eval mode, once (ch. 9).
+
+    Every pooling, and a window scorer, can then work from the same reading.
     """
     classifier.eval()
     device = next(classifier.parameters()).device
-    correct: dict[str, list[int]] = {how: [] for how in poolings}
+    parts: dict[str, list[torch.Tensor]] = {name: [] for name in
+                                            ("logits", "vectors", "document", "labels")}
     for batch in batches:
-        batch = {name: tensor.to(device) for name, tensor in batch.items()}
-        logits = classifier(
-            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]
-        ).logits
-        for how in poolings:
-            pooled = pool_windows(logits, batch["document"], len(batch["labels"]), how)
-            correct[how] += (pooled.argmax(-1) == batch["labels"]).int().tolist()
-    return correct
+        out = classifier(
+            input_ids=batch["input_ids"].to(device),
+            attention_mask=batch["attention_mask"].to(device),
+            output_hidden_states=True,
+        )
+        offset = sum(len(labels) for labels in parts["labels"])  # documents so far
+        parts["logits"].append(out.logits.float().cpu())
+        parts["vectors"].append(out.hidden_states[-1][:, 0].float().cpu())
+        parts["document"].append(batch["document"] + offset)
+        parts["labels"].append(batch["labels"])
+    return WindowReading(**{name: torch.cat(tensors) for name, tensors in parts.items()})
 
 
-def long_position_config(config_or_model_id, length: int):
-    """A configuration whose position table holds `length` tokens (bert-base's stops at 512) (chapter 9).
+@torch.no_grad()
+def pooled_correct(reading: WindowReading, how: str, scorer: nn.Module | None = None) -> list[int]:
+    """Each document's 0/1 score when its windows' logits are pooled `how` (attention: by `scorer`) (ch. 9)."""
+    scores = None if scorer is None else scorer(reading.vectors).squeeze(1)
+    pooled = pool_windows(reading.logits, reading.document, len(reading.labels), how, scores)
+    return (pooled.argmax(-1) == reading.labels).int().tolist()
 
-    Reading 1,024 tokens as one sequence needs a longer table (new rows, trained); its shapes, not its
-    values, set the memory, so the estimate only needs the longer configuration.
+
+def fit_scorer(reading: WindowReading, steps: int = 100, lr: float = 1e-2) -> nn.Linear:
+    """A linear window scorer for attention pooling, fitted on frozen windows (ch. 9).
+
+    It starts at zero (every window weighs the same: the mean) and learns which
+    windows to trust from the loss of the pooled logits; the encoder is not touched.
     """
-    import copy
-
-    from .estimate import model_config
-
-    config = copy.deepcopy(model_config(config_or_model_id))
-    config.max_position_embeddings = max(config.max_position_embeddings, length)
-    return config
-
-
-def estimated_long_rows(lengths: tuple[int, ...], model_id: str = "bert-base-uncased", window: int = 512,
-                        stride: int = 256, precision: str = "fp16", micro_batch: int = 1) -> list[dict]:
-    """The estimated step peak (GiB, a GPU's kernels) of reading documents of each length four ways (chapter 9).
-
-    One sequence with eager attention, with fused attention (SDPA), with SDPA and gradient checkpointing, and
-    as windows of `window` tokens every `stride` tokens (SDPA); `micro_batch` documents per step.
-    """
-    from .estimate import estimate_step_memory
-
-    ways = {"one sequence, eager attention": dict(attention="eager"),
-            "one sequence, SDPA": dict(attention="sdpa"),
-            "one sequence, SDPA + checkpointing": dict(attention="sdpa", gradient_checkpointing=True)}
-    rows = []
-    for name, kwargs in ways.items():
-        row = {"reading": name}
-        for length in lengths:
-            config = long_position_config(model_id, length)
-            row[length] = estimate_step_memory(config, micro_batch, length, precision=precision,
-                                               **kwargs).step_peak / 2**30
-        rows.append(row)
-    row = {"reading": f"windows of {window} every {stride} tokens, SDPA"}
-    for length in lengths:
-        windows = len(window_starts(length - 2, window - 2, stride))
-        row[length] = estimate_step_memory(model_id, micro_batch * windows, window,
-                                           precision=precision).step_peak / 2**30
-    return rows + [row]
-
-
-def estimated_encoder_rows(lengths: tuple[int, ...], precision: str = "fp16", micro_batch: int = 1) -> list[dict]:
-    """The estimated step peak (GiB) of encoders built for long input, from their base configurations (chapter 9).
-
-    ModernBERT-base: local attention in most layers, 8,192 positions. BigBird-RoBERTa-base: block-sparse attention,
-    estimated in fp32 because its fp16 step does not trace under FakeTensorMode (a scatter of mixed dtypes).
-    Longformer-base asks at run time whether any token attends globally (`.item()` on the data), which
-    FakeTensorMode cannot answer: its row has no numbers. Past a configuration's own position table, the table
-    is lengthened as for bert-base.
-    """
-    from transformers import BigBirdConfig, ModernBertConfig
-
-    from .estimate import estimate_step_memory
-    from .models import _quiet_transformers
-
-    encoders = {"ModernBERT-base": (ModernBertConfig(), precision, "sdpa"),
-                "BigBird-RoBERTa-base, fp32": (BigBirdConfig(), "fp32", "eager")}
-    rows = []
-    for name, (config, used, attention) in encoders.items():
-        row = {"reading": name}
-        for length in lengths:
-            with _quiet_transformers():  # BigBird's notice that 512 tokens fall back to full attention
-                report = estimate_step_memory(long_position_config(config, length), micro_batch, length,
-                                              precision=used, attention=attention)
-            row[length] = report.step_peak / 2**30
-        rows.append(row)
-    return rows + [{"reading": "Longformer-base (not traceable)", **{length: None for length in lengths}}]
+    scorer = nn.Linear(reading.vectors.shape[1], 1, bias=False)
+    nn.init.zeros_(scorer.weight)
+    optimizer = torch.optim.AdamW(scorer.parameters(), lr=lr, weight_decay=0.1)
+    documents = len(reading.labels)
+    for _ in range(steps):  # full batch: the windows are read already
+        scores = scorer(reading.vectors).squeeze(1)
+        logits = pool_windows(
+            reading.logits, reading.document, documents, "attention", scores
+        )
+        loss = nn.functional.cross_entropy(logits, reading.labels)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return scorer

@@ -166,6 +166,8 @@ def enable_gradient_checkpointing(model: torch.nn.Module) -> None:
         model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
     elif hasattr(model, "gradient_checkpointing_enable"):
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+    elif isinstance(getattr(model, "classifier", None), torch.nn.Module):  # a wrapper: chapter 9's windows
+        enable_gradient_checkpointing(model.classifier)
     else:
         raise TypeError(f"{type(model).__name__} cannot checkpoint activations: use a transformers model")
 
@@ -177,6 +179,9 @@ def checkpointing_enabled(model: torch.nn.Module) -> bool:
     `is_gradient_checkpointing`.
     """
     enabled = getattr(model, "is_activation_checkpointing", None)
+    if enabled is None and not hasattr(model, "is_gradient_checkpointing"):
+        inner = getattr(model, "classifier", None)  # a wrapper: chapter 9's windows
+        return isinstance(inner, torch.nn.Module) and checkpointing_enabled(inner)
     return bool(getattr(model, "is_gradient_checkpointing", False) if enabled is None else enabled)
 
 

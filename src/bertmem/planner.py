@@ -99,10 +99,9 @@ class PlanRequest(RefusesRenamed):
         if self.max_length < 8 or self.effective_batch < 1 or self.memory_bytes <= 0:
             raise ValueError("max_length must be >= 8, effective_batch >= 1 and memory > 0; got "
                              f"{self.max_length}, {self.effective_batch}, {self.memory_bytes}")
-        if self.window is not None and not 8 <= self.window <= self.max_length:
-            raise ValueError(f"window must be in [8, max_length={self.max_length}], got {self.window}")
-        if self.stride is not None and (self.window is None or not 1 <= self.stride <= self.window - 2):
-            raise ValueError(f"stride needs a window and must be in [1, window - 2], got {self.stride}")
+        from .long_text import check_window
+
+        check_window(self.window, self.stride, self.max_length)
         if not 0 <= self.allocator_margin < 1 or self.cuda_context_bytes < 0:
             raise ValueError("allocator_margin must be in [0, 1) and cuda_context_bytes >= 0")
 
@@ -147,12 +146,11 @@ class Plan:
 
 def windows_per_document(request: PlanRequest) -> int:
     """How many windows a document of max_length tokens is read as (1 without a window; chapter 9)."""
-    from .long_text import default_stride, window_starts
+    from .long_text import default_stride, window_count
 
     if request.window is None or request.window >= request.max_length:
         return 1
-    size = request.window - 2  # [CLS] and [SEP] in every window
-    return len(window_starts(request.max_length - 2, size, request.stride or default_stride(request.window)))
+    return window_count(request.max_length, request.window, request.stride or default_stride(request.window))
 
 
 def estimate_for(request: PlanRequest, batch: int):

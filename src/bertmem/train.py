@@ -133,11 +133,22 @@ def make_optimizer_and_scheduler(model: torch.nn.Module, config: TrainConfig, to
     return optimizer, get_linear_schedule_with_warmup(optimizer, warmup, total_steps)
 
 
+def encoder_levers(config: TrainConfig) -> list[str]:
+    """The recipe's levers that must find the encoder's layers: LoRA, frozen layers, layer-wise decay (ch. 4, 8)."""
+    return [name for name in ("lora_r", "freeze_layers", "layerwise_decay") if getattr(config, name)]
+
+
 def prepare_trainable(model: torch.nn.Module, config: TrainConfig) -> None:
     """Chapter 8's levers, once, before the optimizer exists: LoRA adapters, then frozen lower layers.
 
-    In that order, adapters inside the frozen layers stay frozen too.
+    In that order, adapters inside the frozen layers stay frozen too. They, and layer-wise decay, find the
+    encoder through a transformers classifier's `base_model_prefix`; a model without one is refused, not
+    trained with the wrong parameters frozen or grouped.
     """
+    if encoder_levers(config) and not hasattr(model, "base_model_prefix"):  # e.g. chapter 9's ChunkedClassifier
+        raise ValueError(f"{', '.join(encoder_levers(config))} need a transformers classifier (its "
+                         f"base_model_prefix says where the encoder is); {type(model).__name__} has none: train "
+                         "without them")
     if config.lora_r is not None and not has_lora(model):  # a model resumed or trained again keeps its own
         apply_lora(model, config.lora_r)
     if config.freeze_layers:

@@ -1,6 +1,6 @@
 """What each chapter trains, and about how long that takes on a GPU, from a FLOP count (setup cells, intro).
 
-Each chapter that fine-tunes takes its sizes from `chapter_sizes`, and `chapter_minutes` counts the same runs:
+Each chapter that fine-tunes takes its data and recipe from `chapter_settings`; `chapter_minutes` counts its runs:
 training costs 6 · parameters · tokens FLOPs and evaluation 2 · parameters · tokens (Kaplan et al., 2020). Training
 runs at the throughput a BERT-class fine-tune was measured to reach on the card in the precision used (published
 measurements, where there are any; else an assumed share of the datasheet peak); evaluation runs in fp32, as
@@ -16,10 +16,13 @@ import dataclasses
 import json
 import time
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import torch
 
-from .profile import Profile, check_subset_sizes
+from .loaders import DataConfig
+from .profile import Profile
+from .train import TrainConfig
 
 # Assumed share of the datasheet peak that a BERT fine-tune reaches (kernels, data loading, optimizer, Python);
 # each card carries its own value, this is the one the book assumes for all three until a GPU run measures them.
@@ -117,54 +120,46 @@ def card_for(gpu_name: str | None) -> Card | None:
     return None
 
 
-@dataclass(frozen=True)
-class ChapterSizes:
-    """The data one chapter fine-tunes on: examples, tokens, dataset and precision (chapters 3-6)."""
+class ChapterSettings(NamedTuple):
+    """A chapter's data, recipe and training seeds under a profile: what its fine-tunes start from (ch. 3-6, 8, 9)."""
 
-    dataset: str
-    train_size: int | None
-    eval_size: int | None
-    max_length: int
-    precision: str = "fp32"
-    effective_batch: int = 16
-    seeds: tuple[int, ...] = (0,)  # training seeds: one run (or bench round) per seed
-    learning_rate: float | None = None  # peak learning rate where a chapter needs its own; None: the profile's
-
-    def __post_init__(self) -> None:
-        check_subset_sizes(train_size=self.train_size, eval_size=self.eval_size)
-        if self.max_length < 8:
-            raise ValueError(f"max_length must be >= 8, got {self.max_length}")
+    data: DataConfig
+    recipe: TrainConfig
+    seeds: tuple[int, ...]  # training seeds: one run (or bench round) per seed
 
 
-# Per chapter and profile; None = the profile's own value. The CPU sizes keep each chapter to minutes on 2 cores,
-# the GPU sizes keep each chapter within 10 minutes on a T4 (tests/test_workload.py checks the arithmetic).
+# Per chapter and profile: DataConfig and TrainConfig fields and the training seeds; a field not given is the
+# profile's (precision: fp32; seeds: (0,)). Chapter 5's micro_batch is its bench's effective batch, which the
+# accumulating variants split. The CPU sizes keep each chapter to minutes on 2 cores, the GPU sizes keep each
+# chapter within 10 minutes on a T4 (tests/test_workload.py checks the arithmetic).
 _SIZES = {
     "cpu": {"03": dict(train_size=400, eval_size=300, max_length=128),
-            "04": dict(dataset="rotten_tomatoes", train_size=600, eval_size=400),
+            "04": dict(dataset="rotten_tomatoes", train_size=600, eval_size=400, seeds=(0, 1, 2)),
             # 48 optimizer steps at 2e-4 with warmup on one-sentence reviews (chapter 8's set, 64 tokens): every
             # seed learns (IMDb at 128 tokens took twice as long, and one seed of the full recipe fell to 0.67)
-            "05": dict(dataset="rotten_tomatoes", train_size=768, eval_size=500, max_length=64, effective_batch=16,
+            "05": dict(dataset="rotten_tomatoes", train_size=768, eval_size=500, max_length=64, micro_batch=16,
                        seeds=(0, 1), learning_rate=2e-4),
             "06-warmup": dict(dataset="rotten_tomatoes", train_size=320, eval_size=300, max_length=64,
                               precision="auto"),
             "06-truncation": dict(dataset="imdb", train_size=600, eval_size=400, max_length=128, precision="auto"),
             "08": dict(dataset="rotten_tomatoes", train_size=768, eval_size=400, max_length=64, precision="auto",
-                       seeds=(0, 1, 2)),
-            # windows of 64 tokens stand in for BERT's 512; eval_size counts long test reviews (> 64 tokens)
+                       micro_batch=16, seeds=(0, 1, 2)),
+            # windows of 64 tokens stand in for BERT's 512; eval_size counts long test reviews (> 64 tokens);
+            # fp32: at 64 tokens, MiniLM's nine fine-tunes took longer under bf16 autocast (285 s against 226 s)
             "09": dict(dataset="imdb", train_size=512, eval_size=200, max_length=64, seeds=(0, 1, 2),
                        learning_rate=2e-4)},
     "gpu": {"03": dict(train_size=1000, eval_size=500),
-            "04": dict(train_size=800, eval_size=400, precision="auto"),
-            "05": dict(train_size=256, eval_size=160, effective_batch=16, seeds=(0, 1)),  # 16 steps: within 10 min
+            "04": dict(train_size=800, eval_size=400, precision="auto", seeds=(0, 1, 2)),
+            "05": dict(train_size=256, eval_size=160, micro_batch=16, seeds=(0, 1)),  # 16 steps: within 10 min
             "06-warmup": dict(dataset="rotten_tomatoes", train_size=320, eval_size=300, max_length=64,
                               precision="auto"),
             "06-truncation": dict(dataset="imdb", train_size=600, eval_size=400, max_length=128, precision="auto"),
             "08": dict(dataset="rotten_tomatoes", train_size=2000, eval_size=1000, max_length=64, precision="auto",
-                       effective_batch=16, seeds=(0, 1, 2)),
+                       micro_batch=16, seeds=(0, 1, 2)),
             "09": dict(train_size=320, eval_size=160, max_length=512, precision="auto", seeds=(0, 1, 2))},
 }
-_SIZES["full"] = {**_SIZES["gpu"], "03": {}, "04": dict(precision="auto"),
-                  "05": dict(effective_batch=32, seeds=(0, 1, 2))}
+_SIZES["full"] = {**_SIZES["gpu"], "03": {}, "04": dict(precision="auto", seeds=(0, 1, 2)),
+                  "05": dict(micro_batch=32, seeds=(0, 1, 2))}
 
 
 def _capped(value: int | None, limit: int | None) -> int | None:
@@ -174,56 +169,66 @@ def _capped(value: int | None, limit: int | None) -> int | None:
     return value if limit is None else min(value, limit)
 
 
-def chapter_sizes(chapter: str, profile: Profile) -> ChapterSizes:
-    """A chapter's data sizes under a profile; the profile's sizes cap them, so BERTMEM_* overrides shrink all."""
+def chapter_settings(chapter: str, profile: Profile) -> ChapterSettings:
+    """A chapter's data, recipe and seeds under a profile (chapters 3-6, 8, 9).
+
+    The profile's sizes cap the chapter's, so BERTMEM_* overrides shrink every chapter; a chapter's own
+    micro-batch (one optimizer step's examples) never exceeds the profile's effective batch.
+    """
     table = _SIZES[profile.name]
     if chapter not in table and chapter != "00":
-        raise ValueError(f"no sizes for chapter {chapter!r}: choose '00' or one of {sorted(table)}")
+        raise ValueError(f"no settings for chapter {chapter!r}: choose '00' or one of {sorted(table)}")
     entry = table.get(chapter, {})
-    return ChapterSizes(dataset=entry.get("dataset", profile.dataset),
-                        train_size=_capped(entry.get("train_size"), profile.train_size),
-                        eval_size=_capped(entry.get("eval_size"), profile.eval_size),
-                        max_length=min(entry.get("max_length", profile.max_length), profile.max_length),
-                        precision=entry.get("precision", "fp32"),
-                        effective_batch=entry.get("effective_batch", profile.effective_batch),
-                        seeds=entry.get("seeds", (0,)),
-                        learning_rate=entry.get("learning_rate", profile.learning_rate))
+    data = DataConfig.from_profile(
+        profile, dataset=entry.get("dataset", profile.dataset),
+        train_size=_capped(entry.get("train_size"), profile.train_size),
+        eval_size=_capped(entry.get("eval_size"), profile.eval_size),
+        max_length=min(entry.get("max_length", profile.max_length), profile.max_length),
+        micro_batch=min(entry["micro_batch"], profile.effective_batch) if "micro_batch" in entry
+        else profile.micro_batch)
+    recipe = TrainConfig(learning_rate=entry.get("learning_rate", profile.learning_rate),
+                         precision=entry.get("precision", "fp32"))
+    return ChapterSettings(data, recipe, entry.get("seeds", (0,)))
 
 
 @dataclass(frozen=True)
 class Run:
-    """One fine-tune of a chapter: its sizes, epochs, and how many times it runs (seeds, variants)."""
+    """One fine-tune of a chapter: its data, precision, epochs, and how many times it runs (seeds, variants)."""
 
-    sizes: ChapterSizes
+    data: DataConfig
+    precision: str = "fp32"
     epochs: int = 1
     repeats: int = 1
     evaluations: int | None = None  # passes over the evaluation set per run; None: one per epoch
-    precision: str | None = None  # None: the sizes' precision
     recompute: float = 1.0  # 4/3 with gradient checkpointing (the forward runs twice)
 
 
 def chapter_runs(profile: Profile) -> dict[str, list[Run]]:
     """The fine-tunes each chapter executes under a profile, as its notebook runs them (intro, setup cells)."""
-    sizes = {c: chapter_sizes(c, profile) for c in ("00", "03", "04", "05", "06-warmup", "06-truncation", "08",
-                                                    "09")}
-    bench, rounds = sizes["05"], len(sizes["05"].seeds)  # the bench runs every variant once per seed
+    settings = {c: chapter_settings(c, profile) for c in ("00", "03", "04", "05", "06-warmup", "06-truncation",
+                                                          "08", "09")}
+    data = {c: s.data for c, s in settings.items()}
+    precision = {c: s.recipe.precision for c, s in settings.items()}
+    rounds = {c: len(s.seeds) for c, s in settings.items()}  # the bench runs every variant once per seed
     return {
-        "00": [Run(sizes["00"], epochs=profile.epochs, evaluations=profile.epochs + 1)],  # + before training
+        "00": [Run(data["00"], epochs=profile.epochs, evaluations=profile.epochs + 1)],  # + before training
         "01": [], "02": [],
-        "03": [Run(sizes["03"], precision="fp32"), Run(sizes["03"], precision="auto")],
-        "04": [Run(sizes["04"], epochs=profile.epochs, repeats=9)],
-        "05": [Run(bench, repeats=2 * rounds, precision="fp32"), Run(bench, repeats=2 * rounds, precision="auto"),
-               Run(bench, repeats=2 * rounds, precision="auto", recompute=4 / 3)],  # + smallest footprint
-        "06": [Run(sizes["06-warmup"], epochs=2, repeats=2), Run(sizes["06-truncation"], repeats=2)],
+        "03": [Run(data["03"], "fp32"), Run(data["03"], "auto")],
+        "04": [Run(data["04"], precision["04"], epochs=profile.epochs, repeats=3 * rounds["04"])],  # three α
+        "05": [Run(data["05"], "fp32", repeats=2 * rounds["05"]), Run(data["05"], "auto", repeats=2 * rounds["05"]),
+               Run(data["05"], "auto", repeats=2 * rounds["05"], recompute=4 / 3)],  # + smallest footprint
+        "06": [Run(data["06-warmup"], precision["06-warmup"], epochs=2, repeats=2),
+               Run(data["06-truncation"], precision["06-truncation"], repeats=2)],
         "07": [], "A1": [],
         # five levers per seed, and LoRA once more at the full fine-tuning rate (its failure mode)
-        "08": [Run(sizes["08"], repeats=5 * len(sizes["08"].seeds) + 1)],
+        "08": [Run(data["08"], precision["08"], repeats=5 * rounds["08"] + 1)],
         # three cuts per seed; then each seed's head model (already loaded) reads the long test reviews in
         # windows (about three windows of 512 per review longer than 512 tokens: three more evaluations each)
-        "09": [Run(sizes["09"], repeats=3 * len(sizes["09"].seeds)),
-               Run(sizes["09"], epochs=0, evaluations=3 * len(sizes["09"].seeds))]
+        # and a third as many held-out long reviews for its attention scorer (one more)
+        "09": [Run(data["09"], precision["09"], repeats=3 * rounds["09"]),
+               Run(data["09"], precision["09"], epochs=0, evaluations=4 * rounds["09"])]
         # the long-context encoder: one seed at twice the window (counted with bert-base's parameters)
-        + ([Run(dataclasses.replace(sizes["09"], max_length=2 * sizes["09"].max_length))]
+        + ([Run(dataclasses.replace(data["09"], max_length=2 * data["09"].max_length), precision["09"])]
            if profile.long_model_id else []),
     }
 
@@ -239,13 +244,14 @@ def run_seconds(run: Run, num_params: int, card: Card, utilisation: float | None
 
     `utilisation` replaces the card's measured or assumed rates by that share of the datasheet peaks.
     """
-    precision = run.precision or run.sizes.precision
+    precision = run.precision
     def rate(p: str) -> float:
         return 1e12 * (card.training_tflops(p) if utilisation is None else card.tflops(p) * utilisation)
 
     evaluations = run.epochs if run.evaluations is None else run.evaluations  # train() evaluates every epoch
-    train_tokens = _dataset_rows(run.sizes.dataset, run.sizes.train_size) * run.sizes.max_length * run.epochs
-    eval_tokens = (_dataset_rows(run.sizes.dataset, run.sizes.eval_size, evaluation=True) * run.sizes.max_length
+    data = run.data
+    train_tokens = _dataset_rows(data.dataset, data.train_size) * data.max_length * run.epochs
+    eval_tokens = (_dataset_rows(data.dataset, data.eval_size, evaluation=True) * data.max_length
                    * evaluations)
     train_seconds = 6 * num_params * train_tokens * run.recompute / rate(precision)
     eval_seconds = 2 * num_params * eval_tokens / rate("fp32")  # evaluate() runs without autocast
