@@ -12,20 +12,20 @@ Run: .venv/bin/python benchmarks/bench_stability.py [--other-dataset rotten_toma
 import argparse
 import warnings
 
-from bertmem.bench import BenchConfig, run_bench
-from bertmem.plots import markdown_table
-from bertmem.profile import get_profile
-from bertmem.workload import chapter_settings
+from bertmem.book.chapters import chapter_bench, chapter_settings
+from bertmem.book.plots import markdown_table
+from bertmem.experiments.bench import BenchConfig, run_bench
+from bertmem.profiles import get_profile
 
 COLUMNS = ["variant", "activations ratio", "time ratio", "time ratio range", "epoch time ratio", "median step (s)",
            "step spread (IQR / median)", "accuracy", "accuracy std", "accuracy Δ vs noise"]
 
 
-def chapter_bench(dataset: str | None = None, seeds: tuple[int, ...] | None = None) -> BenchConfig:
+def live_bench(dataset: str | None = None, seeds: tuple[int, ...] | None = None) -> BenchConfig:
     """The bench chapter 5 runs live, optionally on another dataset or with other training seeds."""
     profile = get_profile()
     given = {name: value for name, value in (("dataset", dataset), ("seeds", seeds)) if value}
-    return BenchConfig.from_settings(chapter_settings("05", profile), profile, progress=False, **given)
+    return chapter_bench(chapter_settings("05", profile), profile, progress=False, **given)
 
 
 def story(rows: list[dict]) -> dict[str, tuple]:
@@ -51,7 +51,7 @@ def main() -> None:
     for label, dataset, seeds in plan:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            result = run_bench(chapter_bench(dataset, seeds))
+            result = run_bench(live_bench(dataset, seeds))
         runs[label] = result["rows"]
         settings = result["settings"]
         print(f"\n## {label}: {settings['dataset']}, {settings['train_size']} train / {settings['eval_size']} test, "

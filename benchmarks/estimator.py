@@ -7,8 +7,8 @@ Run: .venv/bin/python benchmarks/estimator.py   (or `make bench-estimator`)
 import resource
 import time
 
-from bertmem.estimate import estimate_step_memory, model_config, tracker_step_peak
-from bertmem.plots import markdown_table
+from bertmem.book.plots import markdown_table
+from bertmem.memory.estimate import estimate_step_memory, model_config, tracker_step_peak
 
 
 def main() -> None:

@@ -8,13 +8,19 @@ Run: .venv/bin/python benchmarks/planner.py   (or `make bench-planner`)
 import itertools
 import time
 
-from bertmem.estimate import model_config
-from bertmem.models import classifier_from_config, load_classifier, tiny_bert_config
-from bertmem.planner import PlanRequest, parse_memory, plan_micro_batch, planner_vs_measured
-from bertmem.plots import markdown_table
-from bertmem.published import (SOURCES, comparison, fit_margin, published_rows, tensor_peak_mib,
-                               throughput_comparison)
-from bertmem.profile import MINILM_ID
+from bertmem.book.plots import markdown_table
+from bertmem.book.published import (
+    SOURCES,
+    comparison,
+    fit_margin,
+    published_rows,
+    tensor_peak_mib,
+    throughput_comparison,
+)
+from bertmem.memory.cards import parse_memory
+from bertmem.memory.estimate import model_config
+from bertmem.memory.planner import PlanRequest, plan_micro_batch, planner_vs_measured
+from bertmem.model.loading import MINILM_ID, classifier_from_config, load_classifier, tiny_bert_config
 
 
 def validation_rows() -> list[dict]:
@@ -58,7 +64,7 @@ def card_rows() -> list[dict]:
 
 def published_sections() -> None:
     """Every published row in its own terms; the margin refitted here must equal the planner's."""
-    from bertmem.planner import ALLOCATOR_MARGIN
+    from bertmem.memory.planner import ALLOCATOR_MARGIN
 
     rows = published_rows(("fit", "held-out", "check", "other-framework"))
     peaks = {row: tensor_peak_mib(row) for row in rows}

@@ -67,8 +67,8 @@ def run_notebook(path: Path, env: dict[str, str], timeout: int = 1800) -> dict:
 
 def planner_estimate(profile) -> dict:
     """The estimated peak of one training step at the profile's micro-batch and length (precision auto)."""
-    from bertmem.estimate import estimate_step_memory
-    from bertmem.precision import choose_precision
+    from bertmem.loop.precision import choose_precision
+    from bertmem.memory.estimate import estimate_step_memory
 
     device = "cuda" if profile.device.startswith("cuda") else "cpu"
     precision = choose_precision("auto", device, verbose=False).precision
@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         print("gpu-check needs a CUDA GPU (torch.cuda.is_available() is False); nothing was run", file=sys.stderr)
         return 2
     sys.path.insert(0, str(ROOT / "src"))
-    from bertmem.profile import get_profile
+    from bertmem.profiles import get_profile
 
     if args.dry_run:
         env = dict(DRY_RUN_ENV)

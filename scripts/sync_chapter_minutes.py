@@ -1,7 +1,7 @@
 """Write the introduction's table of minutes per chapter: measured on the CPU, estimated on GPUs.
 
 The CPU column is read from the committed notebooks' execution timestamps (the CPU profile on the machine that
-executed them); the GPU columns are `bertmem.workload.chapter_minutes` for the GPU profile (and the full profile
+executed them); the GPU columns are `bertmem.book.chapters.chapter_minutes` for the GPU profile (and the full profile
 on an A100), FLOP-count estimates. Run after re-executing notebooks or changing chapter sizes:
 
     python scripts/sync_chapter_minutes.py      (tests/test_workload.py fails while book/intro.md disagrees)
@@ -46,14 +46,14 @@ def title(path: Path) -> str:
 
 def table() -> str:
     """The markdown table between the markers of book/intro.md."""
-    from bertmem.estimate import parameter_count
-    from bertmem.profile import get_profile
-    from bertmem.estimate import model_config
-    from bertmem.workload import CARDS, FIRST_RUN_MINUTES, MODEL_LOAD_SECONDS, chapter_minutes
+    from bertmem.book.chapters import FIRST_RUN_MINUTES, MINUTES_CARDS, MODEL_LOAD_SECONDS, chapter_minutes
+    from bertmem.memory.cards import CARDS
+    from bertmem.memory.estimate import model_config, parameter_count
+    from bertmem.profiles import get_profile
 
     gpu, full = get_profile("gpu", env={}), get_profile("full", env={})
     params = parameter_count(gpu.model_id)
-    t4, l4, a100 = (chapter_minutes(gpu, params, CARDS[c]) for c in ("T4", "L4", "A100"))
+    t4, l4, a100 = (chapter_minutes(gpu, params, CARDS[c]) for c in MINUTES_CARDS)
     full_a100 = chapter_minutes(full, params, CARDS["A100"])
     lines = ["| chapter | CPU profile, 2-core CPU (measured) | GPU profile, Colab T4 | GPU profile, L4 "
              "| GPU profile, A100 | full profile, A100 |", "|---|---|---|---|---|---|"]
@@ -69,10 +69,10 @@ def table() -> str:
     config = model_config(gpu.model_id)
     embeddings = (config.vocab_size + config.max_position_embeddings + config.type_vocab_size) * config.hidden_size
     matmul = 6 * (params - embeddings) + 12 * config.num_hidden_layers * gpu.max_length * config.hidden_size
-    t4 = CARDS["T4"]
-    others = ", ".join(f"{card.name} {card.utilisation:.0%}" for card in CARDS.values() if not card.measured_tflops)
+    t4, timed = CARDS["T4"], [CARDS[c] for c in MINUTES_CARDS]
+    others = ", ".join(f"{card.name} {card.utilisation:.0%}" for card in timed if not card.measured_tflops)
     measured = ", ".join(f"{p} {v:g} TFLOP/s" for p, v in t4.measured_tflops.items())
-    sources = ",".join(f"{card.source}" for card in CARDS.values())
+    sources = ",".join(f"{card.source}" for card in timed)
     note = (f"\nMinutes. GPU columns are estimates, not measurements: 6 · parameters · tokens FLOPs per training "
             f"example and 2 · parameters · tokens per evaluated one {{cite:p}}`kaplan2020scaling`, every example "
             f"counted at the chapter's full token limit. Training runs at the throughput a BERT-class fine-tune was "

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 import torch
 
-from bertmem.models import classifier_from_config, tiny_bert_config
+from bertmem.model.loading import classifier_from_config, tiny_bert_config
 
 
 @pytest.fixture

@@ -3,12 +3,20 @@ import warnings
 import pytest
 import torch
 
-from bertmem.accumulation import (AccumulationPlan, backward_window, check_dataset_fits, loss_weights, plan_for,
-                                  split_batch, sync_context, windows)
-from bertmem.hf_trainer import trainer_first_step
-from bertmem.models import classifier_from_config, tiny_bert_config
-from bertmem.train import TrainConfig, train
-from bertmem.run_config import RunConfig
+from bertmem.loop.accumulation import (
+    AccumulationPlan,
+    backward_window,
+    check_dataset_fits,
+    loss_weights,
+    plan_for,
+    split_batch,
+    sync_context,
+    windows,
+)
+from bertmem.loop.combined import train
+from bertmem.loop.config import RunConfig, TrainConfig
+from bertmem.loop.hf_trainer import trainer_first_step
+from bertmem.model.loading import classifier_from_config, tiny_bert_config
 
 QUIET = RunConfig(progress=False)  # no progress bars in tests
 

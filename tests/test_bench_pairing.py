@@ -2,8 +2,8 @@
 
 import pytest
 
-from bertmem.bench import add_ratios, combine_rounds
-from bertmem.bench_info import recorded_bench
+from bertmem.book.bench_info import recorded_bench
+from bertmem.experiments.bench import add_ratios, combine_rounds
 
 
 def bench_row(variant, seed, correct, step=1.0):

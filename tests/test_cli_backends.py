@@ -9,19 +9,26 @@ import sys
 import pandas as pd
 import pytest
 import torch
+from cli_helpers import cli_args
 from torch.utils.data import DataLoader
 
-from bertmem.accelerate_loop import train_with_accelerate
-from bertmem.bench import BenchConfig, add_ratios, combine_rounds, precisions_used, run_bench, variant_settings
-from bertmem.bench_info import write_bench
-from bertmem.estimate import estimated_rows
-from bertmem.workload import model_flops_utilisation
+from bertmem.book.bench_info import write_bench
 from bertmem.cli import main
-from bertmem.hf_trainer import train_with_trainer
-from bertmem.models import classifier_from_config, tiny_bert_config
-from bertmem.train import TrainConfig, train
-from bertmem.run_config import RunConfig
-from cli_helpers import cli_args
+from bertmem.experiments.bench import (
+    BenchConfig,
+    add_ratios,
+    combine_rounds,
+    precisions_used,
+    run_bench,
+    variant_settings,
+)
+from bertmem.experiments.cost import model_flops_utilisation
+from bertmem.loop.accelerate_loop import train_with_accelerate
+from bertmem.loop.combined import train
+from bertmem.loop.config import RunConfig, TrainConfig
+from bertmem.loop.hf_trainer import train_with_trainer
+from bertmem.memory.planner import estimated_rows
+from bertmem.model.loading import classifier_from_config, tiny_bert_config
 
 
 @pytest.fixture(scope="module")
@@ -48,8 +55,8 @@ def test_cli_train_writes_metrics_config_plot_and_model(tmp_path, reviews_csv, c
 
 
 def test_cli_lora_run_saves_a_merged_model_that_predicts(tmp_path, reviews_csv):
-    from bertmem.experiment import predict_texts
-    from bertmem.models import load_model_and_tokenizer
+    from bertmem.experiments.run import predict_texts
+    from bertmem.model.loading import load_model_and_tokenizer
 
     out = tmp_path / "lora"
     assert main(cli_args(reviews_csv, out, "--lora-r", "4", "--optimizer", "adamw8bit", "--freeze-layers", "1",
@@ -129,7 +136,7 @@ def test_plain_accelerate_and_trainer_give_the_same_loss_trajectory(tmp_path, pr
 
 def test_the_accelerate_run_stays_on_the_models_device_on_a_gpu_machine(monkeypatch):
     """On a GPU machine a CPU model trains on the CPU under Accelerate too, like `train` and the Trainer."""
-    import bertmem.accelerate_loop as loop
+    import bertmem.loop.accelerate_loop as loop
 
     asked = {}
 
@@ -288,7 +295,7 @@ def test_shipped_accelerate_configs_load(name, kind):
 
 
 def test_a_variant_that_runs_out_of_memory_is_reported_not_fatal(tmp_path, plain_csv, monkeypatch):
-    import bertmem.bench as bench_module
+    import bertmem.experiments.bench as bench_module
 
     real = bench_module.measure_step_memory
 
@@ -306,8 +313,8 @@ def test_a_variant_that_runs_out_of_memory_is_reported_not_fatal(tmp_path, plain
 
 
 def test_saved_model_predicts_new_texts_with_its_label_names(tmp_path, reviews_csv):
-    from bertmem.experiment import predict_texts
-    from bertmem.models import load_model_and_tokenizer
+    from bertmem.experiments.run import predict_texts
+    from bertmem.model.loading import load_model_and_tokenizer
 
     out = tmp_path / "saved"
     main(cli_args(reviews_csv, out, "--save-model", "--epochs", "2"))
@@ -321,9 +328,10 @@ def test_saved_model_predicts_new_texts_with_its_label_names(tmp_path, reviews_c
 
 @pytest.mark.slow
 def test_bench_marks_a_variant_that_does_not_fit_and_keeps_the_rest(plain_csv):
-    from bertmem.estimate import estimate_step_memory
-    from bertmem.experiment import build_model, RunConfig
-    from bertmem.planner import PlanRequest
+    from bertmem.experiments.run import build_model
+    from bertmem.loop.config import RunConfig
+    from bertmem.memory.estimate import estimate_step_memory
+    from bertmem.memory.planner import PlanRequest
 
     variants = ("fp32 baseline", "accumulation ×4", "full recipe")
     model, _ = build_model(RunConfig(model_id="tiny-bert"), ["neg", "pos"], max_length=32)
@@ -349,8 +357,8 @@ def test_bench_marks_a_variant_that_does_not_fit_and_keeps_the_rest(plain_csv):
 
 
 def test_every_variant_of_a_seed_starts_from_the_same_classifier_head(plain_csv, monkeypatch):
-    import bertmem.bench as bench_module
-    from bertmem.loaders import DataConfig, load_frames
+    import bertmem.experiments.bench as bench_module
+    from bertmem.data.loaders import DataConfig, load_frames
 
     heads, real = [], bench_module.build_model
 
@@ -371,7 +379,7 @@ def test_every_variant_of_a_seed_starts_from_the_same_classifier_head(plain_csv,
 
 def test_a_bench_longer_than_a_chapter_says_so_before_it_starts():
     """The whole IMDb table with three seeds takes hours on a T4: say it before the GPU time starts."""
-    from bertmem.bench_info import estimated_minutes, long_run_warning
+    from bertmem.book.bench_info import estimated_minutes, long_run_warning
 
     full = BenchConfig(model_id="bert-base-uncased", train_size=None, eval_size=None, max_length=512, seeds=(0, 1, 2),
                        device="cuda")

@@ -5,11 +5,17 @@ import pandas as pd
 import pytest
 import torch
 
-from bertmem import data
-from bertmem.data import (load_text_classification, make_loader, prepare_frame, read_split, subsample,
-                          token_length_stats, tokenize_frame)
-from bertmem.models import load_tokenizer
-from bertmem.profile import MINILM_ID
+from bertmem.data import frames as data
+from bertmem.data.frames import (
+    load_text_classification,
+    make_loader,
+    prepare_frame,
+    read_split,
+    subsample,
+    token_length_stats,
+    tokenize_frame,
+)
+from bertmem.model.loading import MINILM_ID, load_tokenizer
 
 
 @pytest.fixture(scope="module")
@@ -128,8 +134,7 @@ def test_real_imdb_mirror_sample():
 
 
 def test_head_tail_truncation_keeps_both_ends():
-    from bertmem.models import load_tokenizer
-    from bertmem.profile import MINILM_ID
+    from bertmem.model.loading import MINILM_ID, load_tokenizer
 
     tokenizer = load_tokenizer(MINILM_ID)
     words = " ".join(f"w{i}" for i in range(300))
@@ -153,9 +158,8 @@ def test_head_tail_truncation_keeps_both_ends():
 
 
 def test_build_loaders_cuts_both_splits_as_the_data_config_says():
-    from bertmem.loaders import DataConfig, build_loaders
-    from bertmem.models import load_tokenizer
-    from bertmem.profile import MINILM_ID
+    from bertmem.data.loaders import DataConfig, build_loaders
+    from bertmem.model.loading import MINILM_ID, load_tokenizer
 
     tokenizer = load_tokenizer(MINILM_ID)
     words = " ".join(f"w{i}" for i in range(300))
@@ -177,7 +181,7 @@ def test_named_datasets_from_the_hub_get_the_mirrors_columns():
     """SST-2 on the Hub is idx/sentence/label; the book reads text/label from the Hub and the mirror alike."""
     import pandas as pd
 
-    from bertmem.data import hub_frame
+    from bertmem.data.hub import hub_frame
 
     hub_sst2 = pd.DataFrame({"idx": [0, 1], "sentence": ["a fine film ", "dull"], "label": [1, 0]})
     frame = hub_frame("sst2", "validation", load=lambda hub_id, split: hub_sst2)

@@ -3,11 +3,17 @@
 import pytest
 import torch
 
-from bertmem.demos import (accumulated_gradient, adamw_step_change, classifier_change, scaled_run,
-                           synthetic_batch, synthetic_batches)
-from bertmem.llrd import layerwise_param_groups, seed_article_param_groups
-from bertmem.models import tiny_classifier
-from bertmem.precision import skipped_steps
+from bertmem.book.demos import (
+    accumulated_gradient,
+    adamw_step_change,
+    classifier_change,
+    scaled_run,
+    synthetic_batch,
+    synthetic_batches,
+)
+from bertmem.loop.optim import layerwise_param_groups, seed_article_param_groups
+from bertmem.loop.precision import skipped_steps
+from bertmem.model.loading import tiny_classifier
 
 
 def test_synthetic_batches_are_seeded_and_learnable():
@@ -20,7 +26,7 @@ def test_synthetic_batches_are_seeded_and_learnable():
 def test_weighted_accumulation_matches_the_big_batch_and_the_naive_rule_does_not():
     model = tiny_classifier(seed=0, dropout=0.0).eval()
     batch = synthetic_batch(16)
-    from bertmem.accumulation import split_batch
+    from bertmem.loop.accumulation import split_batch
 
     reference = accumulated_gradient(model, [batch])
     weighted = accumulated_gradient(model, split_batch(batch, [6, 5, 5]))
@@ -57,7 +63,7 @@ def test_classifier_change_shows_the_seed_groups_never_train_the_head():
 
 
 def test_launch_two_processes_rejects_unknown_strategies(tmp_path):
-    from bertmem.demos import launch_two_processes
+    from bertmem.book.demos import launch_two_processes
 
     with pytest.raises(ValueError, match="strategy"):
         launch_two_processes("pipeline", tmp_path, "tiny-bert", "imdb")
@@ -65,8 +71,8 @@ def test_launch_two_processes_rejects_unknown_strategies(tmp_path):
 
 @pytest.mark.slow
 def test_peak_line_predicts_a_third_batch():
-    from bertmem.estimate import estimate_step_memory, peak_line
-    from bertmem.models import tiny_bert_config
+    from bertmem.memory.estimate import estimate_step_memory, peak_line
+    from bertmem.model.loading import tiny_bert_config
 
     config = tiny_bert_config()
     fixed, per = peak_line(config, 32)
@@ -74,7 +80,7 @@ def test_peak_line_predicts_a_third_batch():
 
 
 def test_tiny_training_run_is_seeded_and_takes_overrides():
-    from bertmem.demos import tiny_training_run
+    from bertmem.book.demos import tiny_training_run
 
     batches = synthetic_batches(4, 8)
     calm, again = tiny_training_run(batches, epochs=3), tiny_training_run(batches, epochs=3)

@@ -12,19 +12,19 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from second_device import DEVICE, DeviceMixingError, OnSecondDevice, SecondDevice
 from torch.utils.data import DataLoader
 
-from bertmem.bench import BenchConfig, run_variant
-from bertmem.devices import model_device
-from bertmem.experiment import predict_texts
-from bertmem.loaders import DataConfig, load_frames
-from bertmem.faults import interrupt_after
-from bertmem.memory import measure_step_memory
-from bertmem.models import load_tokenizer, tiny_classifier
-from bertmem.profile import MINILM_ID
-from bertmem.train import TrainConfig, evaluate, train
-from bertmem.run_config import RunConfig
-from second_device import DEVICE, DeviceMixingError, OnSecondDevice, SecondDevice
+from bertmem.core.devices import model_device
+from bertmem.core.faults import interrupt_after
+from bertmem.data.loaders import DataConfig, load_frames
+from bertmem.experiments.bench import BenchConfig, run_variant
+from bertmem.experiments.run import predict_texts
+from bertmem.loop.baseline import evaluate
+from bertmem.loop.combined import train
+from bertmem.loop.config import RunConfig, TrainConfig
+from bertmem.memory.measure import measure_step_memory
+from bertmem.model.loading import MINILM_ID, load_tokenizer, tiny_classifier
 
 QUIET = RunConfig(progress=False)  # no progress bars in tests
 
@@ -65,7 +65,7 @@ def test_the_second_device_catches_a_cpu_batch_reaching_the_model():
 
 
 def test_a_helper_that_forgets_to_move_the_batch_is_caught(monkeypatch):
-    import bertmem.accumulation as accumulation
+    import bertmem.loop.accumulation as accumulation
 
     monkeypatch.setattr(accumulation, "move_to", lambda batch, device: batch)  # the bug this test must catch
     with SecondDevice(), pytest.raises(DeviceMixingError):

@@ -4,14 +4,13 @@ import dataclasses
 
 import pytest
 
-from bertmem.bench import BenchConfig
 from bertmem.cli import build_parser, main
-from bertmem.run_config import RunConfig
-from bertmem.flags import config_from_flags, flag_fields, flag_name
-from bertmem.loaders import DataConfig
-from bertmem.planner import PlanRequest
-from bertmem.profile import get_profile
-from bertmem.train import TrainConfig
+from bertmem.core.flags import config_from_flags, flag_fields, flag_name
+from bertmem.data.loaders import DataConfig
+from bertmem.experiments.bench import BenchConfig
+from bertmem.loop.config import RunConfig, TrainConfig
+from bertmem.memory.planner import PlanRequest
+from bertmem.profiles import get_profile
 
 
 def subparser(name):
@@ -34,10 +33,10 @@ def test_train_flags_build_the_three_configs_with_the_profiles_defaults():
                                           "--layerwise-decay", "0.9", "--gradient-checkpointing"])
     profile = get_profile()
     data, recipe, run = (config_from_flags(c, args) for c in (DataConfig, TrainConfig, RunConfig))
-    assert data == DataConfig.from_profile(profile, train_size=None, group_by_length=False)
-    assert recipe == TrainConfig.from_profile(profile, learning_rate=3e-5, max_grad_norm=None,
+    assert data == profile.data_config(train_size=None, group_by_length=False)
+    assert recipe == profile.train_config(learning_rate=3e-5, max_grad_norm=None,
                                               layerwise_decay=0.9, gradient_checkpointing=True)
-    assert run == RunConfig.from_profile(profile, output_dir="out")
+    assert run == profile.run_config(output_dir="out")
 
 
 def test_train_defaults_a_reader_relies_on():
@@ -122,8 +121,8 @@ def test_the_plain_loops_defaults_are_the_recipes():
     """Chapter 0's train_baseline and make_optimizer default to TrainConfig's values: one default per knob."""
     import inspect
 
-    from bertmem.baseline import train_baseline
-    from bertmem.footprint import make_optimizer
+    from bertmem.loop.baseline import train_baseline
+    from bertmem.loop.optim import make_optimizer
 
     recipe = TrainConfig()
     loop = inspect.signature(train_baseline).parameters

@@ -4,15 +4,22 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from bertmem.demos import synthetic_batch
-from bertmem.estimate import estimate_step_memory
-from bertmem.footprint import (apply_lora, freeze_lower_layers, has_lora, lora_target_modules, make_optimizer,
-                               merge_lora, trainable_share)
-from bertmem.memory import measure_step_memory
-from bertmem.models import classifier_from_config, tiny_bert_config, tiny_classifier
-from bertmem.planner import PlanRequest, plan_micro_batch
-from bertmem.train import TrainConfig, train
-from bertmem.run_config import RunConfig
+from bertmem.book.demos import synthetic_batch
+from bertmem.loop.combined import train
+from bertmem.loop.config import RunConfig, TrainConfig
+from bertmem.loop.optim import make_optimizer
+from bertmem.memory.estimate import estimate_step_memory
+from bertmem.memory.measure import measure_step_memory
+from bertmem.memory.planner import PlanRequest, plan_micro_batch
+from bertmem.model.adapters import (
+    apply_lora,
+    freeze_lower_layers,
+    has_lora,
+    lora_target_modules,
+    merge_lora,
+    trainable_share,
+)
+from bertmem.model.loading import classifier_from_config, tiny_bert_config, tiny_classifier
 
 QUIET = RunConfig(progress=False)  # no progress bars in tests
 
@@ -140,7 +147,7 @@ def test_the_planner_includes_the_levers():
 
 
 def test_eight_bit_state_skips_tiny_tensors():
-    from bertmem.footprint import state_bytes_per_value
+    from bertmem.memory.analytic import state_bytes_per_value
 
     assert state_bytes_per_value(4095, "adamw8bit") == 8.0  # under bitsandbytes' 4096: fp32 moments
     assert 2.0 < state_bytes_per_value(4096, "adamw8bit") < 2.6  # uint8 moments, scales, the shared maps
@@ -148,8 +155,8 @@ def test_eight_bit_state_skips_tiny_tensors():
 
 
 def test_levers_side_by_side_on_a_tiny_model(tmp_path, synthetic_frame):
-    from bertmem.levers import FULL, lever_recipes, run_levers
-    from bertmem.loaders import DataConfig
+    from bertmem.data.loaders import DataConfig
+    from bertmem.experiments.levers import FULL, lever_recipes, run_levers
 
     path = tmp_path / "reviews.csv"
     synthetic_frame.to_csv(path, index=False)
@@ -167,7 +174,7 @@ def test_levers_side_by_side_on_a_tiny_model(tmp_path, synthetic_frame):
 
 
 def test_lora_with_frozen_layers_freezes_their_adapters_too_and_trains_the_pooler_with_the_head():
-    from bertmem.train import prepare_trainable
+    from bertmem.loop.combined import prepare_trainable
 
     model = tiny_classifier(seed=0)
     prepare_trainable(model, TrainConfig(lora_r=4, freeze_layers=1))
@@ -181,7 +188,7 @@ def test_lora_with_frozen_layers_freezes_their_adapters_too_and_trains_the_poole
 
 @pytest.mark.slow
 def test_the_linear_guess_agrees_with_the_planner_for_bert_base():
-    from bertmem.levers import FULL, estimated_lever_rows
+    from bertmem.experiments.levers import FULL, estimated_lever_rows
 
     rows = {r["lever"]: r for r in estimated_lever_rows("bert-base-uncased", cards_gb=(16,))}
     plan = plan_micro_batch(PlanRequest(model_id="bert-base-uncased", memory_bytes=16 * 10**9, precision="fp16",

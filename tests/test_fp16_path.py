@@ -14,12 +14,12 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from bertmem import train as train_module
-from bertmem.faults import interrupt_after
-from bertmem.models import tiny_classifier
-from bertmem.precision import PrecisionChoice, choose_precision
-from bertmem.run_config import RunConfig
-from bertmem.train import TrainConfig, train
+from bertmem.core.faults import interrupt_after
+from bertmem.loop import combined as train_module
+from bertmem.loop.combined import train
+from bertmem.loop.config import RunConfig, TrainConfig
+from bertmem.loop.precision import PrecisionChoice, choose_precision
+from bertmem.model.loading import tiny_classifier
 
 QUIET = RunConfig(progress=False)
 ROWS = [{"input_ids": torch.tensor([101, 7 + i % 2] + [200 + (5 * i + j) % 700 for j in range(12)] + [102]),

@@ -1,10 +1,18 @@
 import pytest
 import torch
-from transformers import (AutoModelForSequenceClassification, BertConfig, DebertaV2Config, DistilBertConfig,
-                          ElectraConfig, RobertaConfig, TrainingArguments, get_linear_schedule_with_warmup)
+from transformers import (
+    AutoModelForSequenceClassification,
+    BertConfig,
+    DebertaV2Config,
+    DistilBertConfig,
+    ElectraConfig,
+    RobertaConfig,
+    TrainingArguments,
+    get_linear_schedule_with_warmup,
+)
 
-from bertmem.llrd import (EMBEDDINGS, HEAD, find_encoder_layers, layer_assignment, layerwise_param_groups,
-                          seed_article_param_groups)
+from bertmem.loop.optim import EMBEDDINGS, HEAD, layer_assignment, layerwise_param_groups, seed_article_param_groups
+from bertmem.model.loading import find_encoder_layers
 
 SMALL = dict(vocab_size=100, hidden_size=16, num_attention_heads=2, intermediate_size=32,
              max_position_embeddings=64, num_labels=2)

@@ -8,9 +8,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bertmem.long_text import (ChunkedClassifier, fit_scorer, join_windows, pad_windows, pool_windows,
-                               pooled_correct, read_windows, split_windows, window_count, window_starts)
-from bertmem.models import tiny_classifier
+from bertmem.data.windows import join_windows, pad_windows, split_windows, window_count, window_starts
+from bertmem.model.chunked import ChunkedClassifier, fit_scorer, pool_windows, pooled_correct, read_windows
+from bertmem.model.loading import tiny_classifier
 
 CLS, SEP, PAD = 101, 102, 0
 
@@ -117,8 +117,9 @@ def test_a_long_document_trains_through_every_window():
 
 
 def test_a_chunked_classifier_checkpoints_its_encoder_and_refuses_levers_it_cannot_place():
-    from bertmem.models import checkpointing_enabled, enable_gradient_checkpointing
-    from bertmem.train import TrainConfig, prepare_trainable
+    from bertmem.loop.combined import prepare_trainable
+    from bertmem.loop.config import TrainConfig
+    from bertmem.model.loading import checkpointing_enabled, enable_gradient_checkpointing
 
     model = tiny_classifier(seed=0, dropout=0.0)
     chunked = ChunkedClassifier(model, pooling="attention")
@@ -147,7 +148,8 @@ def test_bertmem_train_refuses_window_with_encoder_levers_before_loading_anythin
 
 def test_the_planner_reads_a_long_document_as_its_windows():
     """A 1,024-token document in windows of 512 is 3 sequences of 512 (5 every 128 tokens): plans count documents."""
-    from bertmem.planner import GIB, PlanRequest, estimate_for, windows_per_document
+    from bertmem.core.units import GIB
+    from bertmem.memory.planner import PlanRequest, estimate_for, windows_per_document
 
     request = PlanRequest(model_id="bert-base-uncased", max_length=1024, window=512, memory_bytes=15 * GIB,
                           precision="fp16")
@@ -165,9 +167,9 @@ def test_the_planner_reads_a_long_document_as_its_windows():
 def test_window_loader_reads_every_review_whole_or_up_to_max_tokens():
     import pandas as pd
 
-    from bertmem.long_text import content_tokens, window_loader
-    from bertmem.models import load_tokenizer
-    from bertmem.profile import MINILM_ID
+    from bertmem.data.frames import content_tokens
+    from bertmem.data.windows import window_loader
+    from bertmem.model.loading import MINILM_ID, load_tokenizer
 
     tokenizer = load_tokenizer(MINILM_ID)
     texts = [" ".join(f"w{i}" for i in range(n)) for n in (3, 40, 90)]
@@ -192,9 +194,8 @@ def test_window_loader_reads_every_review_whole_or_up_to_max_tokens():
 def test_long_subset_keeps_only_reviews_longer_than_the_limit_balanced_per_label():
     import pandas as pd
 
-    from bertmem.long_text import long_subset
-    from bertmem.models import load_tokenizer
-    from bertmem.profile import MINILM_ID
+    from bertmem.data.windows import long_subset
+    from bertmem.model.loading import MINILM_ID, load_tokenizer
 
     tokenizer = load_tokenizer(MINILM_ID)
     texts = [" ".join(["good"] * n) for n in (5, 50, 6, 60, 70, 80)]
@@ -233,7 +234,7 @@ def test_read_windows_scores_each_review_once_from_its_pooled_windows():
 def test_a_fitted_scorer_learns_to_trust_the_window_that_knows_the_label():
     """Each document has one window whose logits say its label and noise windows; the scorer finds the first kind
     from a feature only those windows carry, and attention then beats the mean."""
-    from bertmem.long_text import WindowReading
+    from bertmem.model.chunked import WindowReading
 
     generator = torch.Generator().manual_seed(0)
     documents, per_document = 64, 4
@@ -254,10 +255,10 @@ def test_a_fitted_scorer_learns_to_trust_the_window_that_knows_the_label():
 def test_bertmem_train_reads_windows_end_to_end_and_saves_a_plain_classifier(tmp_path, reviews_csv):
     import json
 
+    from cli_helpers import cli_args
     from transformers import AutoModelForSequenceClassification
 
     from bertmem.cli import main
-    from cli_helpers import cli_args
 
     out = tmp_path / "run"
     args = cli_args(reviews_csv, out, "--window", "16", "--stride", "10", "--save-model")
@@ -272,7 +273,7 @@ def test_bertmem_train_reads_windows_end_to_end_and_saves_a_plain_classifier(tmp
 
 
 def test_a_window_needs_room_and_a_stride_needs_a_window():
-    from bertmem.loaders import DataConfig
+    from bertmem.data.loaders import DataConfig
 
     with pytest.raises(ValueError, match="raise --max-length"):
         DataConfig(max_length=64, window=128)
@@ -283,7 +284,7 @@ def test_a_window_needs_room_and_a_stride_needs_a_window():
 
 @pytest.mark.slow
 def test_long_input_estimates_order_the_readings_as_the_chapter_says():
-    from bertmem.long_memory import long_input_estimates
+    from bertmem.memory.long_inputs import long_input_estimates
 
     rows = {row["reading"]: row for row in long_input_estimates((512, 2048), window=512, stride=384)}
     eager, fused = rows["one sequence, eager attention"], rows["one sequence, SDPA"]
@@ -304,8 +305,8 @@ def test_longformers_estimate_with_a_global_cls_is_a_real_step_on_this_cpu():
     classifier sets it, and then agrees with a real step byte for byte (this machine's kernels)."""
     from transformers import AutoModelForSequenceClassification, LongformerConfig
 
-    from bertmem.estimate import estimate_step_memory
-    from bertmem.memory import measure_step_memory
+    from bertmem.memory.estimate import estimate_step_memory
+    from bertmem.memory.measure import measure_step_memory
 
     config = LongformerConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermediate_size=128,
                               attention_window=32, max_position_embeddings=260, vocab_size=1000, num_labels=2)
@@ -328,7 +329,7 @@ def test_bigbirds_fp16_step_does_not_trace_as_the_chapter_says():
     """BigBird's fp16 step scatters mixed dtypes under FakeTensorMode; the chapter estimates it in fp32."""
     from transformers import BigBirdConfig
 
-    from bertmem.estimate import estimate_step_memory
+    from bertmem.memory.estimate import estimate_step_memory
 
     with pytest.raises(RuntimeError, match="scatter"):
         estimate_step_memory(BigBirdConfig(), 1, 1024, precision="fp16", attention="eager")

@@ -7,11 +7,11 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from bertmem.baseline import train_baseline
-from bertmem.demos import synthetic_batch
-from bertmem.models import tiny_classifier
-from bertmem.run_config import RunConfig
-from bertmem.train import TrainConfig, train
+from bertmem.book.demos import synthetic_batch
+from bertmem.loop.baseline import train_baseline
+from bertmem.loop.combined import train
+from bertmem.loop.config import RunConfig, TrainConfig
+from bertmem.model.loading import tiny_classifier
 
 QUIET = RunConfig(progress=False)  # no progress bars in tests
 
@@ -110,6 +110,6 @@ def test_a_progress_bar_does_not_change_the_run():
 
 def test_the_combined_loop_reads_on_one_screen():
     """Chapter 5 shows `train` whole: at most 60 lines, decorator and docstring included."""
-    from bertmem.train import train
+    from bertmem.loop.combined import train
 
     assert len(inspect.getsource(train).splitlines()) <= 60

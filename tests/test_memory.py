@@ -5,9 +5,10 @@ import pytest
 import torch
 from torch import nn
 
-from bertmem.estimate import estimate_step_memory, model_config
-from bertmem.memory import analytic_step_memory, count_bert_parameters, measure_step_memory
-from bertmem.models import classifier_from_config, tiny_bert_config
+from bertmem.memory.analytic import analytic_step_memory, count_bert_parameters
+from bertmem.memory.estimate import estimate_step_memory, model_config
+from bertmem.memory.measure import measure_step_memory
+from bertmem.model.loading import classifier_from_config, tiny_bert_config
 
 
 class Toy(nn.Module):
@@ -56,7 +57,7 @@ def test_storage_deduplication_counts_each_storage_once():
 
 
 def test_tally_counts_a_reused_address_twice_when_allocations_differ():
-    from bertmem.memory import SavedTensorTally
+    from bertmem.memory.measure import SavedTensorTally
 
     first = torch.zeros(4)
     serials = iter([1, 2])
@@ -69,7 +70,7 @@ def test_tally_counts_a_reused_address_twice_when_allocations_differ():
 
 
 def test_tally_excludes_weights_by_address_and_counts_an_allocation_once():
-    from bertmem.memory import SavedTensorTally
+    from bertmem.memory.measure import SavedTensorTally
 
     weight = torch.zeros(3)
     tally = SavedTensorTally(exclude={weight.untyped_storage()._cdata}, allocation_id=lambda tensor: 7)
@@ -187,8 +188,8 @@ def test_extended_positions_work_for_1024_tokens():
 
 def test_chapter_one_saved_tensor_count_equals_the_measured_activations():
     """The short hook chapter 1 shows counts the same bytes as measure_step_memory's tally."""
-    from bertmem.memory import measure_step_memory, saved_activation_bytes
-    from bertmem.models import tiny_classifier
+    from bertmem.memory.measure import measure_step_memory, saved_activation_bytes
+    from bertmem.model.loading import tiny_classifier
 
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(5, 1000, (4, 32), generator=g)
@@ -202,7 +203,7 @@ def test_chapter_one_saved_tensor_count_equals_the_measured_activations():
 @pytest.mark.slow
 def test_estimated_rows_label_the_sixteen_bit_format_a_t4_runs():
     """A T4 runs fp16, not bf16: the 16 GB table can say so (the same bytes either way)."""
-    from bertmem.estimate import estimated_rows
+    from bertmem.memory.planner import estimated_rows
 
     with pytest.raises(ValueError, match="half must be"):
         estimated_rows(half="fp32")

@@ -1,4 +1,4 @@
-"""Own data as real files come: every messy file meets its promised outcome (chapter A1, `bertmem.messy`)."""
+"""Own data as real files come: every messy file meets its promised outcome (chapter A1, `bertmem.book.messy`)."""
 
 from __future__ import annotations
 
@@ -15,11 +15,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bertmem import files
+from bertmem.book.messy import MESSY_FILES, outcome_table, try_loading, write_corpus
 from bertmem.cli import main
-from bertmem.data import load_text_classification, read_labelled, subsample, text_hash
-from bertmem.loaders import DataConfig, load_frames
-from bertmem.messy import MESSY_FILES, outcome_table, try_loading, write_corpus
+from bertmem.data import files
+from bertmem.data.frames import load_text_classification, read_labelled, subsample, text_hash
+from bertmem.data.loaders import DataConfig, load_frames
 
 CORPUS = Path(__file__).parent / "data" / "messy"
 

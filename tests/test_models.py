@@ -5,10 +5,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from bertmem import models
-from bertmem.models import (ModelNotAvailableError, load_classifier, load_tokenizer, packaged_minilm_path,
-                            resolve_model_source)
-from bertmem.profile import MINILM_ID
+from bertmem.model import loading as models
+from bertmem.model.loading import (
+    MINILM_ID,
+    ModelNotAvailableError,
+    load_classifier,
+    load_tokenizer,
+    packaged_minilm_path,
+    resolve_model_source,
+)
 
 
 def test_minilm_resolves_to_the_pip_package_without_importing_it():

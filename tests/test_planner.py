@@ -5,8 +5,10 @@ import json
 import pytest
 
 from bertmem.cli import main
-from bertmem.models import classifier_from_config, tiny_bert_config
-from bertmem.planner import GIB, PlanRequest, estimate_for, parse_memory, plan_micro_batch, planner_vs_measured
+from bertmem.core.units import GIB
+from bertmem.memory.cards import parse_memory
+from bertmem.memory.planner import PlanRequest, estimate_for, plan_micro_batch, planner_vs_measured
+from bertmem.model.loading import classifier_from_config, tiny_bert_config
 
 
 @pytest.mark.parametrize("text, expected", [("15GiB", 15 * 2**30), ("16 GB", 16 * 10**9), ("512MiB", 2**29),
@@ -82,16 +84,16 @@ def test_cli_plan_errors_are_one_line_with_exit_2(capsys, extra, message):
 def test_a_plain_plan_answers_for_a_t4_on_any_machine(capsys, monkeypatch):
     """`bertmem plan` with no flags: the GPU profile's model on a 16 GB T4, whatever GPU this machine has;
     `--memory auto` reads this machine's GPU, and plans for a T4 where there is none."""
-    import bertmem.devices
+    import bertmem.core.devices
 
-    monkeypatch.setattr(bertmem.devices, "cuda_free_bytes", lambda *a, **k: 40 * GIB)  # a large card here
+    monkeypatch.setattr(bertmem.core.devices, "cuda_free_bytes", lambda *a, **k: 40 * GIB)  # a large card here
     assert main(["plan", "--json"]) == 0
     answer = json.loads(capsys.readouterr().out)
     assert answer["memory_bytes"] == 15 * GIB and answer["request"]["model_id"] == "bert-base-uncased"
     assert answer["request"]["max_length"] == 512 and answer["request"]["effective_batch"] == 32
     assert main(["plan", "--memory", "auto", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["memory_bytes"] == 40 * GIB
-    monkeypatch.setattr(bertmem.devices, "cuda_free_bytes", lambda *a, **k: None)  # no GPU at all
+    monkeypatch.setattr(bertmem.core.devices, "cuda_free_bytes", lambda *a, **k: None)  # no GPU at all
     assert main(["plan", "--memory", "auto", "--json"]) == 0
     out = capsys.readouterr()
     assert json.loads(out.out)["memory_bytes"] == answer["memory_bytes"] and "planning for a T4" in out.err
@@ -111,8 +113,8 @@ def test_planner_agrees_with_a_real_cpu_step(precision, attention, checkpointing
 
 
 def test_attempt_training_step_reports_a_fit_and_an_out_of_memory_error(tiny_model, tiny_batches):
-    from bertmem.faults import out_of_memory_above
-    from bertmem.planner import attempt_training_step
+    from bertmem.core.faults import out_of_memory_above
+    from bertmem.memory.planner import attempt_training_step
 
     fit = attempt_training_step(tiny_model, tiny_batches[0])
     assert fit.fits and fit.error is None and "fits" in fit.describe()
@@ -123,8 +125,7 @@ def test_attempt_training_step_reports_a_fit_and_an_out_of_memory_error(tiny_mod
 
 
 def test_load_classifier_places_the_model_once_and_rejects_missing_devices():
-    from bertmem.models import load_classifier
-    from bertmem.profile import MINILM_ID
+    from bertmem.model.loading import MINILM_ID, load_classifier
 
     model = load_classifier(MINILM_ID, device="cpu")
     assert {p.device.type for p in model.parameters()} == {"cpu"}
@@ -133,7 +134,7 @@ def test_load_classifier_places_the_model_once_and_rejects_missing_devices():
 
 
 def test_attempt_training_step_treats_cublas_allocation_failures_as_out_of_memory(tiny_model, tiny_batches):
-    from bertmem.planner import attempt_training_step
+    from bertmem.memory.planner import attempt_training_step
 
     def fail(message):
         def forward(**kwargs):

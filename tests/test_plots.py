@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from bertmem.plots import Table, as_table
+from bertmem.book.plots import Table, as_table
 
 BOOK = Path(__file__).resolve().parents[1] / "book"
 
@@ -42,7 +42,7 @@ def test_glue_records_values_for_the_prose_and_returns_them(monkeypatch):
     import sys
     import types
 
-    from bertmem.plots import glue
+    from bertmem.book.plots import glue
 
     recorded = {}
     fake = types.SimpleNamespace(glue=lambda name, value, display=True: recorded.update({name: (value, display)}))

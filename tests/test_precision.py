@@ -4,11 +4,18 @@ import functools
 import pytest
 import torch
 
-from bertmem.accumulation import backward_window, split_batch
-from bertmem.models import classifier_from_config, tiny_bert_config
-from bertmem.precision import (NonFiniteError, PrecisionChoice, autocast_context, check_finite, choose_precision,
-                               pure_half, trace_op_dtypes)
-from bertmem.run_config import RunConfig
+from bertmem.loop.accumulation import backward_window, split_batch
+from bertmem.loop.config import RunConfig
+from bertmem.loop.precision import (
+    NonFiniteError,
+    PrecisionChoice,
+    autocast_context,
+    check_finite,
+    choose_precision,
+    pure_half,
+    trace_op_dtypes,
+)
+from bertmem.model.loading import classifier_from_config, tiny_bert_config
 
 QUIET = RunConfig(progress=False)  # no progress bars in tests
 
@@ -91,7 +98,8 @@ def test_pure_half_casts_every_weight():
 
 
 def test_train_in_bf16_and_guard_stops_on_nan():
-    from bertmem.train import TrainConfig, train
+    from bertmem.loop.combined import train
+    from bertmem.loop.config import TrainConfig
     data = split_batch(batch(16), [8, 8])
     result = train(tiny(), data, TrainConfig(precision="bf16", learning_rate=1e-3), run=QUIET)
     assert result.precision == "bf16" and result.skipped_steps == 0
@@ -115,7 +123,7 @@ def test_trace_shows_autocast_dtypes():
 
 
 def test_diagnose_scale_trace_names_the_three_regimes():
-    from bertmem.precision import diagnose_scale_trace
+    from bertmem.loop.precision import diagnose_scale_trace
 
     assert "Healthy" in diagnose_scale_trace([2.0**16, 2.0**15, 2.0**15, 2.0**15, 2.0**15], 2.0**16)
     collapsing = [2.0**(15 - i) for i in range(20)]
@@ -135,7 +143,7 @@ def test_other_device_types_get_fp32_unless_told_otherwise():
 
 def test_mixed_precision_step_in_fp32_is_the_plain_weighted_step():
     """With autocast and the scaler off, chapter 3's step is the big-batch step of chapter 2 (same update)."""
-    from bertmem.precision import mixed_precision_step
+    from bertmem.loop.precision import mixed_precision_step
 
     plain, ours = tiny(), tiny()
     plain_opt = torch.optim.SGD(plain.parameters(), lr=0.1)
@@ -152,7 +160,7 @@ def test_mixed_precision_step_in_fp32_is_the_plain_weighted_step():
 
 
 def test_mixed_precision_step_in_fp16_scales_unscales_and_skips_an_overflow():
-    from bertmem.precision import mixed_precision_step
+    from bertmem.loop.precision import mixed_precision_step
 
     model = tiny()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -171,7 +179,7 @@ def test_mixed_precision_step_in_fp16_scales_unscales_and_skips_an_overflow():
 
 def test_pure_half_is_fp16_on_a_t4_and_bf16_where_the_hardware_has_it():
     """A T4 (compute capability 7.5) has no fast bf16: pure-half weights there are fp16, labelled so."""
-    from bertmem.precision import half_dtype
+    from bertmem.loop.precision import half_dtype
 
     assert half_dtype("cuda", (7, 5)) == torch.float16
     assert half_dtype("cuda", (8, 0)) == torch.bfloat16

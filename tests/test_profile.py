@@ -1,7 +1,9 @@
 import pytest
 import torch
 
-from bertmem.profile import MINILM_ID, Profile, get_profile, seed_everything
+from bertmem.core.runtime import seed_everything
+from bertmem.model.loading import MINILM_ID
+from bertmem.profiles import Profile, get_profile
 
 
 def test_cpu_profile_defaults():
@@ -62,7 +64,7 @@ def test_get_profile_imports_tqdm_auto_without_the_ipywidgets_warning():
     from nbclient import NotebookClient
 
     notebook = nbformat.v4.new_notebook(cells=[
-        nbformat.v4.new_code_cell("from bertmem.profile import get_profile\nprofile = get_profile('cpu', env={})"),
+        nbformat.v4.new_code_cell("from bertmem.core.runtime import get_profile\nprofile = get_profile('cpu', env={})"),
         nbformat.v4.new_code_cell("import tqdm.auto\nimport transformers.utils.logging")])
     NotebookClient(notebook, timeout=120, kernel_name="python3").execute()
     printed = "".join(o.get("text", "") for cell in notebook.cells for o in cell.outputs)
@@ -76,7 +78,7 @@ def test_progress_leaves_one_final_line_in_an_executed_notebook():
     from nbclient import NotebookClient
 
     notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
-        "import time\nfrom bertmem.profile import progress\n"
+        "import time\nfrom bertmem.core.runtime import progress\n"
         "for _ in progress(range(30), 'loop', mininterval=0.0):\n    time.sleep(0.01)")])
     NotebookClient(notebook, timeout=120, kernel_name="python3").execute()
     printed = "".join(o.get("text", "") for o in notebook.cells[0].outputs)
@@ -89,7 +91,7 @@ def test_runs_go_where_colabs_file_browser_shows_them(tmp_path, monkeypatch):
     import sys
     import types
 
-    from bertmem.profile import output_folder
+    from bertmem.core.runtime import output_folder
 
     elsewhere = output_folder("a1")
     assert elsewhere.is_dir() and "bertmem-a1" in elsewhere.name and not str(elsewhere).startswith(str(tmp_path))

@@ -1,4 +1,4 @@
-"""The planner held against GPU memory others measured and published (`bertmem.published`, chapters 1 and 5)."""
+"""The planner held against GPU memory others measured and published (`bertmem.book.published`, chapters 1 and 5)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,20 @@ from dataclasses import replace
 
 import pytest
 
-from bertmem.planner import ALLOCATOR_MARGIN
-from bertmem.published import (CONTEXT_MIB, ROLES, SOURCES, comparison, fit_margin, planner_mib, published_rows,
-                               published_throughput, tensor_peak_mib, throughput_comparison, verdict)
+from bertmem.book.published import (
+    ROLES,
+    SOURCES,
+    comparison,
+    fit_margin,
+    planner_mib,
+    published_rows,
+    published_throughput,
+    tensor_peak_mib,
+    throughput_comparison,
+    verdict,
+)
+from bertmem.memory.cards import CONTEXT_MIB
+from bertmem.memory.planner import ALLOCATOR_MARGIN
 
 
 def test_the_reference_table_is_broad_and_every_row_is_sourced():

@@ -5,14 +5,13 @@ import random
 import pytest
 import torch
 
-from bertmem.batching import LengthGroupedBatchSampler, padding_share
-from bertmem.checkpoint import CHECKPOINT_NAME, atomic_save, load_checkpoint
-from bertmem.data import EncodedDataset, make_loader
-from bertmem.faults import interrupt_after, out_of_memory_above
-from bertmem.models import load_tokenizer, tiny_classifier
-from bertmem.profile import MINILM_ID
-from bertmem.train import TrainConfig, make_optimizer_and_scheduler, train
-from bertmem.run_config import RunConfig
+from bertmem.core.faults import interrupt_after, out_of_memory_above
+from bertmem.data.batching import LengthGroupedBatchSampler, padding_share
+from bertmem.data.frames import EncodedDataset, make_loader
+from bertmem.loop.checkpoint import CHECKPOINT_NAME, atomic_save, load_checkpoint
+from bertmem.loop.combined import make_optimizer_and_scheduler, train
+from bertmem.loop.config import RunConfig, TrainConfig
+from bertmem.model.loading import MINILM_ID, load_tokenizer, tiny_classifier
 
 QUIET = RunConfig(progress=False)  # no progress bars in tests
 
@@ -146,7 +145,7 @@ def test_fused_adamw_where_supported_and_gradient_checkpointing(tiny_batches):
     checkpointed_model = fresh_model()
     checkpointed = train(checkpointed_model, tiny_batches,
                          TrainConfig(learning_rate=1e-3, gradient_checkpointing=True), run=QUIET)
-    from bertmem.models import checkpointing_enabled
+    from bertmem.model.loading import checkpointing_enabled
 
     assert checkpointing_enabled(checkpointed_model) and not checkpointing_enabled(fresh_model())
     assert checkpointed.losses == pytest.approx(plain.losses, rel=1e-5)
@@ -175,7 +174,7 @@ class _ReadsToken1(torch.nn.Module):
 
 
 def test_predictions_come_back_in_the_test_sets_order_however_it_is_batched(varied_dataset, tokenizer):
-    from bertmem.baseline import TrainResult, evaluate_into, predict
+    from bertmem.loop.baseline import TrainResult, evaluate_into, predict
 
     model = _ReadsToken1()
     expected = [int(ids[2] % 3 != 0) for ids in varied_dataset.encodings["input_ids"]]

@@ -12,20 +12,19 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
+from cli_helpers import cli_args
 from torch.utils.data import DataLoader
 
-from bertmem.checkpoint import CHECKPOINT_NAME, CheckpointError, load_checkpoint
 from bertmem.cli import main
-from bertmem.data import load_text_classification
-from bertmem.experiment import run_experiment
-from bertmem.run_config import RunConfig
-from bertmem.loaders import DataConfig, load_frames
-from bertmem.faults import interrupt_after
-from bertmem.interrupts import TrainingInterrupted, sigterm_interrupts
-from bertmem.models import tiny_classifier
-from bertmem.profile import MINILM_ID
-from bertmem.train import TrainConfig, train
-from cli_helpers import cli_args
+from bertmem.core.faults import interrupt_after
+from bertmem.core.interrupts import TrainingInterrupted, sigterm_interrupts
+from bertmem.data.frames import load_text_classification
+from bertmem.data.loaders import DataConfig, load_frames
+from bertmem.experiments.run import run_experiment
+from bertmem.loop.checkpoint import CHECKPOINT_NAME, CheckpointError, load_checkpoint
+from bertmem.loop.combined import train
+from bertmem.loop.config import RunConfig, TrainConfig
+from bertmem.model.loading import MINILM_ID, tiny_classifier
 
 
 def write_csv(path: Path, rows: list[tuple[str, str]]) -> Path:
@@ -234,7 +233,7 @@ def test_a_signal_saves_a_checkpoint_and_exits_with_one_line(tmp_path, reviews_c
 
 
 def test_a_signal_during_a_save_waits_for_the_save_to_finish(tmp_path, monkeypatch):
-    import bertmem.checkpoint as checkpoint_module
+    import bertmem.loop.checkpoint as checkpoint_module
 
     real_save, calls = torch.save, []
 
@@ -257,7 +256,7 @@ def test_a_signal_during_a_save_waits_for_the_save_to_finish(tmp_path, monkeypat
 
 
 def test_a_failing_write_leaves_no_temporary_file(tmp_path, monkeypatch):
-    import bertmem.checkpoint as checkpoint_module
+    import bertmem.loop.checkpoint as checkpoint_module
 
     def broken_save(obj, handle):
         handle.write(b"half a checkpoint")
@@ -321,7 +320,7 @@ def test_throughput_after_resume_counts_the_time_before_the_interruption(tmp_pat
 
 
 def test_a_checkpoint_from_before_a_setting_existed_still_resumes():
-    from bertmem.checkpoint import settings_differences
+    from bertmem.loop.checkpoint import settings_differences
 
     now = {"dataset": "imdb", "truncation": "head", "learning_rate": 1e-3, "progress": False}
     older = {"dataset": "imdb", "learning_rate": 1e-3, "progress": True}  # written before `truncation` existed
@@ -333,7 +332,7 @@ def test_a_checkpoint_from_before_a_setting_existed_still_resumes():
 
 
 def test_a_checkpoint_from_before_the_renames_still_resumes():
-    from bertmem.checkpoint import settings_differences
+    from bertmem.loop.checkpoint import settings_differences
 
     now = {"model_id": "m", "micro_batch": 8, "truncation": "head"}
     older = {"model": "m", "batch_size": 8, "micro_batch_size": 8, "truncation": "head"}  # the old spellings

@@ -2,7 +2,7 @@
 
 import pytest
 
-from bertmem.scaling import StateBytes, per_device_bytes, sharding_table
+from bertmem.memory.sharding import StateBytes, per_device_bytes, sharding_table
 
 
 def test_zero_stages_follow_the_paper_formulas():
@@ -33,7 +33,7 @@ def test_table_has_every_strategy_and_one_device_equals_ddp():
 
 
 def test_zero_offload_keeps_only_sixteen_bit_weights_and_buckets_on_the_gpu():
-    from bertmem.scaling import offload_bytes
+    from bertmem.memory.sharding import offload_bytes
 
     out = offload_bytes(1000, 500, bucket_elements=150)  # 150 16-bit values: 300 bytes
     assert out["gpu"]["total"] == 2 * 1000 + 300 + 500 and out["cpu"]["total"] == 16 * 1000

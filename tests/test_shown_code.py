@@ -55,10 +55,11 @@ def outer_definitions(tree: ast.Module) -> list[ast.AST]:
 def package_definitions() -> dict[str, list[tuple[str, ast.AST]]]:
     """Top-level defs/classes of every package module, by name: name -> [(module, node)]."""
     found: dict[str, list[tuple[str, ast.AST]]] = {}
-    for path in sorted(PACKAGE.glob("*.py")):
+    for path in sorted(PACKAGE.rglob("*.py")):
+        module = ".".join(path.relative_to(PACKAGE).with_suffix("").parts)
         for node in ast.parse(path.read_text(encoding="utf-8")).body:
             if isinstance(node, DEFINITIONS):
-                found.setdefault(node.name, []).append((path.stem, node))
+                found.setdefault(node.name, []).append((module, node))
     return found
 
 

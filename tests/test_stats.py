@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from bertmem.stats import Summary, binomial_se, compare_accuracies, step_timing, summarize
+from bertmem.experiments.stats import Summary, binomial_se, compare_accuracies, step_timing, summarize
 
 
 def test_summarize_gives_sample_std_and_standard_error():
@@ -64,7 +64,7 @@ def test_step_timing_is_robust_to_warmup_and_hiccups():
 
 
 def test_paired_comparison_of_identical_predictions_has_no_noise():
-    from bertmem.stats import compare_paired
+    from bertmem.experiments.stats import compare_paired
 
     same = [[1, 0, 1, 1], [0, 1, 1, 1]]
     verdict = compare_paired(same, same)
@@ -72,7 +72,7 @@ def test_paired_comparison_of_identical_predictions_has_no_noise():
 
 
 def test_paired_comparison_finds_a_small_difference_the_unpaired_test_calls_noise():
-    from bertmem.stats import compare_paired
+    from bertmem.experiments.stats import compare_paired
 
     # 1,000 test examples, three seeds: a right on 80 %; b right on those and 30 more (+3 points exactly)
     a = [[1] * 800 + [0] * 200 for _ in range(3)]
@@ -89,7 +89,7 @@ def test_paired_comparison_finds_a_small_difference_the_unpaired_test_calls_nois
 def test_paired_interval_covers_the_true_difference_about_95_percent_of_the_time():
     import numpy as np
 
-    from bertmem.stats import compare_paired
+    from bertmem.experiments.stats import compare_paired
 
     rng = np.random.default_rng(1)
 
@@ -109,7 +109,7 @@ def test_paired_interval_covers_the_true_difference_about_95_percent_of_the_time
 
 
 def test_paired_comparison_refuses_unpaired_tables():
-    from bertmem.stats import compare_paired
+    from bertmem.experiments.stats import compare_paired
 
     with pytest.raises(ValueError, match="same seeds"):
         compare_paired([[1, 0, 1]], [[1, 0]])

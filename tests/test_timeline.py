@@ -9,11 +9,11 @@ import pytest
 import torch
 from torch.distributed._tools.mem_tracker import MemTracker
 
-from bertmem.estimate import estimate_step_memory, tracker_step_peak
-from bertmem.memory import measure_step_memory
-from bertmem.models import tiny_bert_config, tiny_classifier
-from bertmem.plots import plot_step_timeline
-from bertmem.timeline import CATEGORIES, record_timeline
+from bertmem.book.plots import plot_step_timeline
+from bertmem.memory.estimate import estimate_step_memory, tracker_step_peak
+from bertmem.memory.measure import measure_step_memory
+from bertmem.memory.timeline import CATEGORIES, record_timeline
+from bertmem.model.loading import tiny_bert_config, tiny_classifier
 
 SMALL = tiny_bert_config(vocab_size=30522, hidden_size=256, num_hidden_layers=4, num_attention_heads=4,
                          intermediate_size=1024, max_position_embeddings=512, attention_probs_dropout_prob=0.1)

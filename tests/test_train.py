@@ -3,9 +3,10 @@ import dataclasses
 import pytest
 import torch
 
-from bertmem.models import classifier_from_config, tiny_bert_config
-from bertmem.train import TrainConfig, evaluate, train
-from bertmem.run_config import RunConfig
+from bertmem.loop.baseline import evaluate
+from bertmem.loop.combined import train
+from bertmem.loop.config import RunConfig, TrainConfig
+from bertmem.model.loading import classifier_from_config, tiny_bert_config
 
 QUIET = RunConfig(progress=False)  # no progress bars in tests
 
@@ -86,7 +87,7 @@ def test_empty_loader_is_an_error(tiny_model):
 
 
 def test_layerwise_decay_builds_groups_with_decayed_rates(tiny_model):
-    from bertmem.train import make_optimizer_and_scheduler
+    from bertmem.loop.combined import make_optimizer_and_scheduler
     opt, _ = make_optimizer_and_scheduler(tiny_model, TrainConfig(learning_rate=1e-3, layerwise_decay=0.5,
                                                                   warmup_ratio=0.0), total_steps=10)
     rates = sorted({round(g["lr"], 12) for g in opt.param_groups})
@@ -98,8 +99,8 @@ def test_layerwise_decay_builds_groups_with_decayed_rates(tiny_model):
 def test_memory_breakdown_plot_stacks_four_categories():
     import matplotlib
     matplotlib.use("Agg")
-    from bertmem.memory import MemoryReport
-    from bertmem.plots import plot_memory_breakdown
+    from bertmem.book.plots import plot_memory_breakdown
+    from bertmem.memory.measure import MemoryReport
     reports = {"a": MemoryReport(1, 2, 3, 4), "b": MemoryReport(2, 2, 2, 2)}
     ax = plot_memory_breakdown(reports, unit=1, unit_name="B")
     heights = [p.get_height() for p in ax.patches]
@@ -123,6 +124,6 @@ def test_the_progress_bar_ends_at_the_last_step(tiny_batches, capsys):
 
 
 def tiny_classifier_for_bar():
-    from bertmem.models import tiny_classifier
+    from bertmem.model.loading import tiny_classifier
 
     return tiny_classifier(seed=0)

@@ -4,12 +4,23 @@ from pathlib import Path
 
 import pytest
 
-from bertmem.estimate import parameter_count
-from bertmem.planner import GIB, PlanRequest, plan_micro_batch
-from bertmem.profile import get_profile
-from bertmem.loaders import DataConfig
-from bertmem.workload import (CARDS, FIRST_RUN_MINUTES, MODEL_LOAD_SECONDS, Card, Run, card_for, chapter_minutes,
-                              chapter_settings, cpu_work_minutes, run_seconds, setup_line)
+from bertmem.book.chapters import (
+    FIRST_RUN_MINUTES,
+    MODEL_LOAD_SECONDS,
+    Run,
+    chapter_bench,
+    chapter_minutes,
+    chapter_settings,
+    cpu_work_minutes,
+    run_seconds,
+    setup_line,
+)
+from bertmem.core.units import GIB
+from bertmem.data.loaders import DataConfig
+from bertmem.memory.cards import CARDS, Card, card_for
+from bertmem.memory.estimate import parameter_count
+from bertmem.memory.planner import PlanRequest, plan_micro_batch
+from bertmem.profiles import get_profile
 
 BERT_BASE = 109_483_778
 ROOT = Path(__file__).resolve().parents[1]
@@ -88,11 +99,11 @@ def test_chapter_settings_are_capped_by_profile_overrides():
 
 
 def test_a_chapters_bench_is_its_settings_and_goes_back_to_them():
-    from bertmem.bench import BenchConfig, variant_settings
+    from bertmem.experiments.bench import variant_settings
 
     profile = get_profile("cpu", env={})
     settings = chapter_settings("05", profile)
-    bench = BenchConfig.from_settings(settings, profile)
+    bench = chapter_bench(settings, profile)
     assert (bench.dataset, bench.train_size, bench.eval_size, bench.max_length) == (
         "rotten_tomatoes", 768, 500, 64)
     assert (bench.effective_batch, bench.learning_rate, bench.seeds, bench.model_id) == (
@@ -101,7 +112,7 @@ def test_a_chapters_bench_is_its_settings_and_goes_back_to_them():
     assert (data.dataset, data.train_size, data.micro_batch, recipe.learning_rate) == (
         settings.data.dataset, settings.data.train_size, settings.data.micro_batch, settings.recipe.learning_rate)
     accumulating = settings._replace(recipe=settings.recipe.__class__(accumulation_steps=2))
-    assert BenchConfig.from_settings(accumulating, profile).effective_batch == 32
+    assert chapter_bench(accumulating, profile).effective_batch == 32
 
 
 def test_cards_pick_their_sixteen_bit_format_and_reject_missing_peaks():
@@ -123,8 +134,8 @@ def test_setup_line_estimates_the_gpu_profile_on_a_cpu_machine():
     l4 = chapter_minutes(get_profile("gpu", env={}), BERT_BASE, CARDS["L4"])["05"]
     assert f"about {l4:.0f} min on NVIDIA L4" in setup_line("05", get_profile("gpu", env={}), gpu_name="NVIDIA L4")
     assert l4 < chapter_minutes(get_profile("gpu", env={}), BERT_BASE, CARDS["T4"])["05"]
-    other = setup_line("05", get_profile("gpu", env={}), gpu_name="Tesla V100-SXM2-16GB")
-    assert "Colab T4 (no datasheet entry for Tesla V100-SXM2-16GB)" in other
+    other = setup_line("05", get_profile("gpu", env={}), gpu_name="NVIDIA RTX 6000 Ada Generation")
+    assert "Colab T4 (no datasheet entry for NVIDIA RTX 6000 Ada Generation)" in other
 
 
 def test_every_epoch_is_evaluated_in_the_estimate():

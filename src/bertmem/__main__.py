@@ -1,8 +1,10 @@
 """`python -m bertmem …` runs the command line (chapter 5)."""
 
+from __future__ import annotations
+
 import sys
 
-from .cli import main
+from bertmem.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -6,21 +6,20 @@ import argparse
 import json
 import sys
 
-from .flags import add_config_flags, config_from_flags
-from .planner import PlanRequest
-from .profile import get_profile
+from bertmem.core.flags import add_config_flags, config_from_flags
+from bertmem.memory.planner import PlanRequest
+from bertmem.profiles import get_profile
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The `bertmem` command line: `train` one run, `bench` the recipe variants, `plan` a micro-batch.
 
-    `train`'s flags are generated from RunConfig, DataConfig and TrainConfig (`bertmem.flags`), with the
+    `train`'s flags are generated from RunConfig, DataConfig and TrainConfig (`bertmem.core.flags`), with the
     profile's defaults; `bench`'s from BenchConfig.
     """
-    from .bench import BenchConfig
-    from .run_config import RunConfig
-    from .loaders import DataConfig
-    from .train import TrainConfig
+    from bertmem.data.loaders import DataConfig
+    from bertmem.experiments.bench import BenchConfig
+    from bertmem.loop.config import RunConfig, TrainConfig
 
     profile = get_profile()
     parser = argparse.ArgumentParser(prog="bertmem", allow_abbrev=False,
@@ -28,25 +27,26 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     t = sub.add_parser("train", allow_abbrev=False,
                        help="fine-tune once and write metrics.json, config.json and loss.png")
-    add_config_flags(t, RunConfig, RunConfig.from_profile(profile))
-    add_config_flags(t, DataConfig, DataConfig.from_profile(profile))
-    add_config_flags(t, TrainConfig, TrainConfig.from_profile(profile))
+    add_config_flags(t, RunConfig, profile.run_config())
+    add_config_flags(t, DataConfig, profile.data_config())
+    add_config_flags(t, TrainConfig, profile.train_config())
     b = sub.add_parser("bench", allow_abbrev=False, help="the recipe variants side by side -> bench.json and bench.md")
-    add_config_flags(b, BenchConfig, BenchConfig.from_profile(profile))
+    add_config_flags(b, BenchConfig, profile.bench_config())
     b.add_argument("--output-dir", default="results/bench", help="folder for bench.json and bench.md")
     b.add_argument("--no-estimate", action="store_true", help="skip the estimated bert-base table")
     p = sub.add_parser("plan", allow_abbrev=False,
                        help="the largest micro-batch that fits a memory budget (estimated, no GPU needed)")
     planned = profile if profile.device.startswith("cuda") else get_profile("gpu")  # what a GPU would run
-    add_config_flags(p, PlanRequest, PlanRequest.from_profile(planned))
+    add_config_flags(p, PlanRequest, planned.plan_request())
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     return parser
 
 
 def plan_main(args: argparse.Namespace) -> dict:
     """Estimate the largest micro-batch under the budget and print the plan (text or JSON)."""
-    from .devices import cuda_free_bytes
-    from .planner import CARD_MEMORY, DEFAULT_CARD, parse_memory, plan_micro_batch
+    from bertmem.core.devices import cuda_free_bytes
+    from bertmem.memory.cards import CARD_MEMORY, DEFAULT_CARD, parse_memory
+    from bertmem.memory.planner import plan_micro_batch
 
     context = parse_memory(args.cuda_context_bytes)
     if args.memory_bytes == "auto":
@@ -66,10 +66,9 @@ def plan_main(args: argparse.Namespace) -> dict:
 
 def train_main(args: argparse.Namespace) -> dict:
     """Build RunConfig, DataConfig and TrainConfig from the flags and run one experiment."""
-    from .experiment import run_experiment
-    from .run_config import RunConfig
-    from .loaders import DataConfig
-    from .train import TrainConfig
+    from bertmem.data.loaders import DataConfig
+    from bertmem.experiments.run import run_experiment
+    from bertmem.loop.config import RunConfig, TrainConfig
 
     if not args.output_dir:
         raise ValueError("bertmem train needs --output-dir: the folder its results go to")
@@ -84,10 +83,10 @@ def train_main(args: argparse.Namespace) -> dict:
 
 def bench_main(args: argparse.Namespace) -> dict:
     """Run the variants, add the bert-base estimate, print and save the tables."""
-    from .bench import BenchConfig, run_bench
-    from .bench_info import long_run_warning, write_bench
-    from .devices import device_name
-    from .estimate import estimated_rows
+    from bertmem.book.bench_info import long_run_warning, write_bench
+    from bertmem.core.devices import device_name
+    from bertmem.experiments.bench import BenchConfig, run_bench
+    from bertmem.memory.planner import estimated_rows
 
     bench = config_from_flags(BenchConfig, args)
     if bench.device.startswith("cuda"):  # say how long before hours of GPU time begin
@@ -106,7 +105,7 @@ def bench_main(args: argparse.Namespace) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `bertmem` console script: bad arguments exit 2, an interrupted run 130/143, one line each."""
-    from .interrupts import TrainingInterrupted, sigterm_interrupts
+    from bertmem.core.interrupts import TrainingInterrupted, sigterm_interrupts
 
     try:
         parser = build_parser()  # get_profile() inside also quiets third-party import notices

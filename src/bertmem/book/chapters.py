@@ -1,0 +1,226 @@
+"""What each chapter trains, and about how long that takes on a GPU, from a FLOP count (setup cells, intro).
+
+Each chapter that fine-tunes takes its data and recipe from `chapter_settings`; `chapter_minutes` counts its runs:
+training costs 6 · parameters · tokens FLOPs and evaluation 2 · parameters · tokens (Kaplan et al., 2020). Training
+runs at the throughput a BERT-class fine-tune was measured to reach on the card in the precision used (published
+measurements, where there are any; else an assumed share of the datasheet peak); evaluation runs in fp32, as
+`evaluate` does. Each chapter also pays for its CPU-side work (imports, estimates, demonstrations, tokenizing: the
+GPU profile's dry run, measured) and for loading bert-base once per fine-tune. Tokens are counted at the full
+`max_length` (every review padded to the limit). The first run on a fresh runtime adds the install and the
+downloads (`FIRST_RUN_MINUTES`). It is an estimate, never a measurement: the pages say so."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import torch
+
+from bertmem.core.devices import device_capability, device_name
+from bertmem.data.loaders import DataConfig
+from bertmem.experiments.bench import BenchConfig
+from bertmem.loop.config import TrainConfig
+from bertmem.memory.cards import CARDS, Card, card_for
+from bertmem.memory.estimate import parameter_count
+from bertmem.profiles import Profile, get_profile
+
+# Loading bert-base (440 MB of weights) from the local cache and moving it to the GPU, once per fine-tune; an
+# assumption (the CPU-side work below is measured with MiniLM, which loads in about a second).
+MODEL_LOAD_SECONDS = 10.0
+# A fresh Colab runtime, once: the install cell (pip adds bertmem and bitsandbytes) and the downloads (bert-base,
+# 440 MB; an IMDb or rotten_tomatoes split, under 100 MB). An assumption, stated apart from the chapters' minutes.
+FIRST_RUN_MINUTES = 2.0
+
+
+class ChapterSettings(NamedTuple):
+    """A chapter's data, recipe and training seeds under a profile: what its fine-tunes start from (ch. 3-6, 8, 9)."""
+
+    data: DataConfig
+    recipe: TrainConfig
+    seeds: tuple[int, ...]  # training seeds: one run (or bench round) per seed
+
+
+# Per chapter and profile: DataConfig and TrainConfig fields and the training seeds; a field not given is the
+# profile's (precision: fp32; seeds: (0,)). Chapter 5's micro_batch is its bench's effective batch, which the
+# accumulating variants split. The CPU sizes keep each chapter to minutes on 2 cores, the GPU sizes keep each
+# chapter within 10 minutes on a T4 (tests/test_workload.py checks the arithmetic).
+_SIZES = {
+    "cpu": {"03": dict(train_size=400, eval_size=300, max_length=128),
+            "04": dict(dataset="rotten_tomatoes", train_size=600, eval_size=400, seeds=(0, 1, 2)),
+            # 48 optimizer steps at 2e-4 with warmup on one-sentence reviews (chapter 8's set, 64 tokens): every
+            # seed learns (IMDb at 128 tokens took twice as long, and one seed of the full recipe fell to 0.67)
+            "05": dict(dataset="rotten_tomatoes", train_size=768, eval_size=500, max_length=64, micro_batch=16,
+                       seeds=(0, 1), learning_rate=2e-4),
+            "06-warmup": dict(dataset="rotten_tomatoes", train_size=320, eval_size=300, max_length=64,
+                              precision="auto"),
+            "06-truncation": dict(dataset="imdb", train_size=600, eval_size=400, max_length=128, precision="auto"),
+            "08": dict(dataset="rotten_tomatoes", train_size=768, eval_size=400, max_length=64, precision="auto",
+                       micro_batch=16, seeds=(0, 1, 2)),
+            # windows of 64 tokens stand in for BERT's 512; eval_size counts long test reviews (> 64 tokens);
+            # fp32: at 64 tokens, MiniLM's nine fine-tunes took longer under bf16 autocast (285 s against 226 s)
+            "09": dict(dataset="imdb", train_size=512, eval_size=200, max_length=64, seeds=(0, 1, 2),
+                       learning_rate=2e-4)},
+    "gpu": {"03": dict(train_size=1000, eval_size=500),
+            "04": dict(train_size=800, eval_size=400, precision="auto", seeds=(0, 1, 2)),
+            "05": dict(train_size=256, eval_size=160, micro_batch=16, seeds=(0, 1)),  # 16 steps: within 10 min
+            "06-warmup": dict(dataset="rotten_tomatoes", train_size=320, eval_size=300, max_length=64,
+                              precision="auto"),
+            "06-truncation": dict(dataset="imdb", train_size=600, eval_size=400, max_length=128, precision="auto"),
+            "08": dict(dataset="rotten_tomatoes", train_size=2000, eval_size=1000, max_length=64, precision="auto",
+                       micro_batch=16, seeds=(0, 1, 2)),
+            "09": dict(train_size=320, eval_size=160, max_length=512, precision="auto", seeds=(0, 1, 2))},
+}
+_SIZES["full"] = {**_SIZES["gpu"], "03": {}, "04": dict(precision="auto", seeds=(0, 1, 2)),
+                  "05": dict(micro_batch=32, seeds=(0, 1, 2))}
+
+
+def _capped(value: int | None, limit: int | None) -> int | None:
+    """The smaller of a chapter's size and the profile's (None = no limit)."""
+    if value is None:
+        return limit
+    return value if limit is None else min(value, limit)
+
+
+def chapter_settings(chapter: str, profile: Profile) -> ChapterSettings:
+    """A chapter's data, recipe and seeds under a profile (chapters 3-6, 8, 9).
+
+    The profile's sizes cap the chapter's, so BERTMEM_* overrides shrink every chapter; a chapter's own
+    micro-batch (one optimizer step's examples) never exceeds the profile's effective batch.
+    """
+    table = _SIZES[profile.name]
+    if chapter not in table and chapter != "00":
+        raise ValueError(f"no settings for chapter {chapter!r}: choose '00' or one of {sorted(table)}")
+    entry = table.get(chapter, {})
+    data = profile.data_config(
+        dataset=entry.get("dataset", profile.dataset),
+        train_size=_capped(entry.get("train_size"), profile.train_size),
+        eval_size=_capped(entry.get("eval_size"), profile.eval_size),
+        max_length=min(entry.get("max_length", profile.max_length), profile.max_length),
+        micro_batch=min(entry["micro_batch"], profile.effective_batch) if "micro_batch" in entry
+        else profile.micro_batch)
+    recipe = TrainConfig(learning_rate=entry.get("learning_rate", profile.learning_rate),
+                         precision=entry.get("precision", "fp32"))
+    return ChapterSettings(data, recipe, entry.get("seeds", (0,)))
+
+
+def chapter_bench(settings: ChapterSettings, profile: Profile, **overrides) -> BenchConfig:
+    """A chapter's bench: its data, seeds, learning rate and epochs, an optimizer step of its micro-batch times
+    its accumulation steps; the profile's model and device (chapter 5). `variant_settings` goes back."""
+    data, recipe, seeds = settings
+    values = dict(model_id=profile.model_id, device=profile.device, dataset=data.dataset,
+                  train_size=data.train_size, eval_size=data.eval_size, max_length=data.max_length,
+                  data_seed=data.data_seed, effective_batch=data.micro_batch * recipe.accumulation_steps,
+                  learning_rate=recipe.learning_rate, epochs=recipe.epochs, seeds=seeds)
+    return BenchConfig(**{**values, **overrides})
+
+
+# The cards the introduction's table of chapter minutes times (a Colab T4 first; all three are in `CARDS`).
+MINUTES_CARDS = ("T4", "L4", "A100")
+
+
+@dataclass(frozen=True)
+class Run:
+    """One fine-tune of a chapter: its data, precision, epochs, and how many times it runs (seeds, variants)."""
+
+    data: DataConfig
+    precision: str = "fp32"
+    epochs: int = 1
+    repeats: int = 1
+    evaluations: int | None = None  # passes over the evaluation set per run; None: one per epoch
+    recompute: float = 1.0  # 4/3 with gradient checkpointing (the forward runs twice)
+
+
+def chapter_runs(profile: Profile) -> dict[str, list[Run]]:
+    """The fine-tunes each chapter executes under a profile, as its notebook runs them (intro, setup cells)."""
+    settings = {c: chapter_settings(c, profile) for c in ("00", "03", "04", "05", "06-warmup", "06-truncation",
+                                                          "08", "09")}
+    data = {c: s.data for c, s in settings.items()}
+    precision = {c: s.recipe.precision for c, s in settings.items()}
+    rounds = {c: len(s.seeds) for c, s in settings.items()}  # the bench runs every variant once per seed
+    return {
+        "00": [Run(data["00"], epochs=profile.epochs, evaluations=profile.epochs + 1)],  # + before training
+        "01": [], "02": [],
+        "03": [Run(data["03"], "fp32"), Run(data["03"], "auto")],
+        "04": [Run(data["04"], precision["04"], epochs=profile.epochs, repeats=3 * rounds["04"])],  # three α
+        "05": [Run(data["05"], "fp32", repeats=2 * rounds["05"]), Run(data["05"], "auto", repeats=2 * rounds["05"]),
+               Run(data["05"], "auto", repeats=2 * rounds["05"], recompute=4 / 3)],  # + smallest footprint
+        "06": [Run(data["06-warmup"], precision["06-warmup"], epochs=2, repeats=2),
+               Run(data["06-truncation"], precision["06-truncation"], repeats=2)],
+        "07": [], "A1": [],
+        # five levers per seed, and LoRA once more at the full fine-tuning rate (its failure mode)
+        "08": [Run(data["08"], precision["08"], repeats=5 * rounds["08"] + 1)],
+        # three cuts per seed; then each seed's head model (already loaded) reads the long test reviews in
+        # windows (about three windows of 512 per review longer than 512 tokens: three more evaluations each)
+        # and a third as many held-out long reviews for its attention scorer (one more)
+        "09": [Run(data["09"], precision["09"], repeats=3 * rounds["09"]),
+               Run(data["09"], precision["09"], epochs=0, evaluations=4 * rounds["09"])]
+        # the long-context encoder: one seed at twice the window (counted with bert-base's parameters)
+        + ([Run(dataclasses.replace(data["09"], max_length=2 * data["09"].max_length), precision["09"])]
+           if profile.long_model_id else []),
+    }
+
+
+def _dataset_rows(name: str, split_size: int | None, evaluation: bool = False) -> int:
+    """Rows a run sees: the subset size, or the whole split (training, or the split evaluation uses)."""
+    whole = {"imdb": (25_000, 25_000), "rotten_tomatoes": (8_530, 1_066), "sst2": (67_349, 872)}
+    return split_size if split_size is not None else whole.get(name, (25_000, 25_000))[evaluation]
+
+
+def run_seconds(run: Run, num_params: int, card: Card, utilisation: float | None = None) -> float:
+    """FLOPs of one Run (training 6PT at its precision, evaluation 2PT in fp32, all repeats) over the card's rate.
+
+    `utilisation` replaces the card's measured or assumed rates by that share of the datasheet peaks.
+    """
+    precision = run.precision
+    def rate(p: str) -> float:
+        return 1e12 * (card.training_tflops(p) if utilisation is None else card.tflops(p) * utilisation)
+
+    evaluations = run.epochs if run.evaluations is None else run.evaluations  # train() evaluates every epoch
+    data = run.data
+    train_tokens = _dataset_rows(data.dataset, data.train_size) * data.max_length * run.epochs
+    eval_tokens = (_dataset_rows(data.dataset, data.eval_size, evaluation=True) * data.max_length
+                   * evaluations)
+    train_seconds = 6 * num_params * train_tokens * run.recompute / rate(precision)
+    eval_seconds = 2 * num_params * eval_tokens / rate("fp32")  # evaluate() runs without autocast
+    return run.repeats * (train_seconds + eval_seconds + MODEL_LOAD_SECONDS)
+
+
+def cpu_work_minutes() -> dict[str, float]:
+    """Each chapter's CPU-side minutes: its GPU-profile dry run (tiny sizes, MiniLM), as recorded (intro, setup)."""
+    from importlib.resources import files
+
+    recorded = json.loads(files("bertmem").joinpath("recorded", "cpu-work.json").read_text(encoding="utf-8"))
+    return {chapter: seconds / 60 for chapter, seconds in recorded["seconds"].items()}
+
+
+def chapter_minutes(profile: Profile, num_params: int, card: Card, utilisation: float | None = None
+                    ) -> dict[str, float]:
+    """Estimated minutes per chapter: its fine-tunes (FLOPs and a model load each), its CPU-side work and one
+    more model load for its own setup and measurements (intro, setup cells)."""
+    cpu = cpu_work_minutes()
+    return {chapter: cpu.get(chapter, 1.0) + MODEL_LOAD_SECONDS / 60
+            + sum(run_seconds(r, num_params, card, utilisation) for r in runs) / 60
+            for chapter, runs in chapter_runs(profile).items()}
+
+
+def setup_line(chapter: str, profile: Profile, gpu_name: str | None = None) -> str:
+    """The setup cell's sentence: this chapter's estimated minutes on this GPU (a T4 without one)."""
+
+    if gpu_name is None and profile.device.startswith("cuda") and device_capability(profile.device) is not None:
+        gpu_name = device_name(torch.device(profile.device))  # CUDA-only calls live in bertmem.core.devices
+    card = card_for(gpu_name)
+    if card is None:  # no GPU, or one without a datasheet entry here: the reference card
+        where = f"a {CARDS['T4'].name}" + (f" (no datasheet entry for {gpu_name})" if gpu_name else "")
+        card = CARDS["T4"]
+    else:
+        where = gpu_name
+    if profile.name == "cpu":  # CPU-profile sizes say nothing about a GPU: estimate the GPU profile's defaults
+        profile = get_profile("gpu", env={})
+    minutes = chapter_minutes(profile, parameter_count(profile.model_id), card)[chapter]
+    basis = ("a BERT fine-tune's published throughput on it" if card.measured_tflops
+             else f"{card.utilisation:.0%} of the datasheet peak")
+    return (f"this chapter, {profile.name} profile: about {minutes:.0f} min on {where} (estimated from a FLOP count "
+            f"at {basis}, plus this chapter's CPU-side work and model loads; a fresh runtime adds about "
+            f"{FIRST_RUN_MINUTES:.0f} min once for the install and downloads)")

@@ -1,0 +1,13 @@
+"""The bottom floor: devices (every CUDA-only call, with its CPU answer), Ctrl-C and SIGTERM, fault injection, flags
+generated from dataclasses, runtime (seeds, progress bars, where runs write), byte units.
+"""
+
+from bertmem.core.devices import cuda_free_bytes, empty_cache, model_device, move_to, resolve_device, synchronize
+from bertmem.core.faults import interrupt_after, out_of_memory_above
+from bertmem.core.interrupts import stops_on_sigterm
+from bertmem.core.runtime import output_folder, progress, seed_everything
+from bertmem.core.units import GIB, MIB
+
+__all__ = ["GIB", "MIB", "cuda_free_bytes", "empty_cache", "interrupt_after", "model_device", "move_to",
+    "out_of_memory_above", "output_folder", "progress", "resolve_device", "seed_everything", "stops_on_sigterm",
+    "synchronize"]

@@ -1,0 +1,107 @@
+"""Runtime profiles (GPU vs CPU defaults), environment overrides and seeding (all chapters)."""
+
+from __future__ import annotations
+
+import logging
+import random
+import sys
+import warnings
+from pathlib import Path
+from typing import Iterable
+
+import numpy as np
+import torch
+
+
+def seed_everything(seed: int) -> torch.Generator:
+    """Seed Python, NumPy and torch; return a torch Generator for data loaders (all chapters)."""
+    if not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+    return torch.Generator().manual_seed(seed)
+
+
+def quiet_progress_import() -> None:
+    """Import tqdm.auto once with its "IProgress not found" warning silenced: text bars are what we want (all)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import tqdm.auto  # noqa: F401  (cached: later imports, e.g. by transformers, do not warn again)
+
+
+def _no_kernel_notice(record: logging.LogRecord) -> bool:
+    """False for bitsandbytes' notice that optional 4-bit CPU kernels (which the book never uses) are missing."""
+    return "kernels-community" not in record.getMessage()
+
+
+COLAB_OUTPUTS = Path("/content/bertmem-runs")  # Colab's file browser shows /content; /tmp is out of sight
+
+
+def output_folder(name: str, colab_root: Path = COLAB_OUTPUTS) -> Path:
+    """Where a chapter writes a run: a folder in Colab's file browser on Colab, a fresh temporary one elsewhere."""
+    if "google.colab" in sys.modules:
+        folder = colab_root / name
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder
+    import tempfile
+
+    return Path(tempfile.mkdtemp(prefix=f"bertmem-{name}-"))
+
+
+def quiet_bitsandbytes_notice() -> None:
+    """Drop that one notice, whoever imports bitsandbytes (transformers, peft, chapter 8) (all chapters).
+
+    It comes at import or at the first CPU operation, so a filter stays on its logger; other messages pass.
+    """
+    logger = logging.getLogger("bitsandbytes.backends.cpu.ops")
+    if _no_kernel_notice not in logger.filters:
+        logger.addFilter(_no_kernel_notice)
+
+
+def text_bar_in_notebook(bar_class) -> bool:
+    """True in a Jupyter kernel where tqdm.auto fell back to a text bar (no ipywidgets): an executed notebook."""
+    return "ipykernel" in sys.modules and not bar_class.__module__.startswith("tqdm.notebook")
+
+
+def progress(iterable: Iterable, desc: str, enabled: bool = True, **kwargs):
+    """A `tqdm.auto` bar: a live widget in Jupyter with ipywidgets, a text bar in a terminal (all chapters).
+
+    In a kernel without ipywidgets (how the book's notebooks are executed) every redraw would stay in the saved
+    output as one more line, so the bar there shows only its final line. Given an iterable it returns a
+    generator over it (see `counted`); given None, the bar itself, to update by hand.
+    """
+    quiet_progress_import()
+    from tqdm.auto import tqdm
+
+    kwargs.setdefault("mininterval", 5.0)  # a terminal redraws at most every 5 s
+    if iterable is not None:
+        kwargs.setdefault("total", len(iterable) if hasattr(iterable, "__len__") else None)
+    if not text_bar_in_notebook(tqdm):
+        bar = tqdm(None, desc=desc, disable=not enabled, **kwargs)
+    else:
+        class FinalLineBar(tqdm):  # never drawn while running (delay), drawn once when the loop ends
+            def close(self):
+                stays = self.leave or (self.leave is None and self.pos == 0)
+                if not self.disable and stays:
+                    self.last_print_t = self.start_t + self.delay  # as if shown: close() prints the final line
+                super().close()
+
+        bar = FinalLineBar(None, desc=desc, disable=not enabled, delay=float("inf"), **kwargs)
+    return bar if iterable is None else counted(iterable, bar)
+
+
+def counted(iterable: Iterable, bar):
+    """Yield the items, counting each on the bar; close it at the end (all chapters).
+
+    The bar never touches the iterable itself: tqdm.auto's bar (tqdm_asyncio) calls iter() on it when made,
+    so a DataLoader would start one iterator more, thrown away, that draws a seed from its generator or
+    torch's global one (and starts its workers): a run with a bar would see another shuffle order or other
+    dropout masks than one without. Call `close()` after a `break` to print the final line at once.
+    """
+    try:
+        for item in iterable:
+            yield item
+            bar.update(1)
+    finally:
+        bar.close()

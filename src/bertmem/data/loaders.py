@@ -1,0 +1,172 @@
+"""What the data is, and the one way to turn it into training and evaluation loaders (all chapters that train).
+
+`DataConfig` names the data (source, columns, subset sizes, tokens per example and how long texts are cut,
+micro-batch, padding);
+`build_loaders` is what `bertmem train`, the bench and the chapters that fine-tune on the profile's data
+call, so they tokenize, pad and evaluate the same way."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from torch.utils.data import DataLoader
+
+from bertmem.core.flags import RefusesRenamed
+from bertmem.data.frames import (
+    TRUNCATIONS,
+    load_text_classification,
+    make_loader,
+    split_file,
+    subsample,
+    tokenize_frame,
+)
+from bertmem.data.hub import EVAL_SPLITS, HUB_IDS
+from bertmem.data.windows import check_window, default_stride, window_loader
+
+
+def parse_size(raw: str) -> int | None:
+    """A subset size from text (environment, command line): a number of examples, or 'all' (the whole split)."""
+    return None if raw.strip().lower() in ("all", "none", "") else int(raw)
+
+
+def check_subset_sizes(**sizes: int | None) -> None:
+    """Each subset size is >= 2 examples or None (the whole split) (profiles, chapter sizes, DataConfig)."""
+    for name, value in sizes.items():
+        if value is not None and value < 2:
+            raise ValueError(f"{name} must be >= 2 or None (the whole split), got {value}")
+
+
+@dataclass(frozen=True)
+class DataConfig(RefusesRenamed):
+    """What the data is: source, columns, subset sizes, tokens, truncation, micro-batch, padding (ch. 0, 5, A1)."""
+
+    dataset: str = field(default="imdb", metadata={
+        "help": "imdb, rotten_tomatoes, sst2, a Hub id, or a CSV/JSON/Parquet file"})
+    eval_dataset: str | None = field(default=None, metadata={
+        "help": "file or dataset to evaluate on (default: the eval split, or rows held out of a file)"})
+    text_column: str = field(default="text", metadata={"help": "column holding the texts"})
+    label_column: str = field(default="label", metadata={"help": "column holding the labels"})
+    encoding: str | None = field(default=None, metadata={
+        "help": "a file's text encoding, e.g. cp1252 (default: from its byte-order mark, else UTF-8)"})
+    delimiter: str | None = field(default=None, metadata={
+        "help": "a delimited file's delimiter (default: tab for .tsv, else the one that splits the header)"})
+    train_size: int | None = field(default=1000, metadata={
+        "help": "training examples, or 'all'", "parse": parse_size})
+    eval_size: int | None = field(default=500, metadata={
+        "help": "evaluation examples, or 'all'", "parse": parse_size})
+    max_length: int = field(default=256, metadata={"help": "tokens per example (longer ones are cut)"})
+    truncation: str = field(default="head", metadata={
+        "help": "what a cut keeps: head (the first tokens), tail (the last ones) or head+tail (a quarter from "
+                "the start, the rest from the end) (chapters 6, 9)", "choices": TRUNCATIONS})
+    micro_batch: int = field(default=8, metadata={
+        "help": "examples per forward and backward pass (per process under Accelerate)", "aliases": ("--batch-size",)})
+    eval_batch_size: int | None = field(default=None, metadata={
+        "help": "examples per evaluation batch (default: twice the micro-batch)"})
+    group_by_length: bool = field(default=True, metadata={
+        "help": "batch examples of similar length together (chapter 5)"})
+    pad_to_max_length: bool = field(default=False, metadata={
+        "help": "pad every training batch to --max-length (the naive baseline of chapter 5)"})
+    data_seed: int = field(default=0, metadata={
+        "help": "which examples the subsets take (hash-chosen); the training seed is --seed"})
+    window: int | None = field(default=None, metadata={
+        "help": "read each text as overlapping windows of this many tokens, their logits pooled per text, trained "
+                "end to end; --max-length then caps the tokens read per text, the micro-batch counts texts "
+                "(chapter 9)"})
+    stride: int | None = field(default=None, metadata={
+        "help": "tokens of text between window starts (default: three quarters of a window)"})
+    RENAMED = {"batch_size": "micro_batch"}
+
+    def __post_init__(self) -> None:
+        if self.max_length < 8:
+            raise ValueError(f"max_length must be >= 8, got {self.max_length}")
+        if self.micro_batch < 1 or (self.eval_batch_size is not None and self.eval_batch_size < 1):
+            raise ValueError(f"micro_batch and eval_batch_size must be >= 1, got {self.micro_batch} and "
+                             f"{self.eval_batch_size}")
+        check_subset_sizes(train_size=self.train_size, eval_size=self.eval_size)
+        if self.truncation not in TRUNCATIONS:
+            raise ValueError(f"truncation must be one of {TRUNCATIONS}, got {self.truncation!r}")
+        if self.data_seed < 0:
+            raise ValueError(f"data_seed must be >= 0, got {self.data_seed}")
+        check_window(self.window, self.stride, self.max_length)
+
+    def window_stride(self) -> int:
+        """Tokens of text between window starts: the given stride, else three quarters of a window (chapter 9)."""
+        if self.window is None:
+            raise ValueError("no window: set window (--window) to read texts in windows")
+        return self.stride or default_stride(self.window)
+
+
+
+class Loaders(NamedTuple):
+    """The training loader (shuffled, seeded) and the evaluation loader."""
+
+    train: DataLoader
+    eval: DataLoader
+
+
+def load_frames(data: DataConfig) -> tuple:
+    """Train and eval frames: named dataset splits, or a file with an eval file or rows held out (chapter A1).
+
+    Evaluation labels are encoded with the training labels' ids; a label training never saw is an error here,
+    before any model is loaded.
+    """
+    kw = dict(text_column=data.text_column, label_column=data.label_column, seed=data.data_seed,
+              encoding=data.encoding, delimiter=data.delimiter)
+    if data.eval_dataset is not None or data.dataset in HUB_IDS:
+        source = data.eval_dataset or data.dataset
+        split = EVAL_SPLITS.get(source, "validation")  # a file ignores the split name
+        train_frame = load_text_classification(data.dataset, "train", size=data.train_size, **kw)
+        eval_is_file = split_file(source, split) is not None  # encoding= and delimiter= are for files only
+        eval_kw = kw if eval_is_file else {**kw, "encoding": None, "delimiter": None}
+        eval_frame = load_text_classification(source, split, size=data.eval_size,
+                                              label_names=train_frame.attrs["label_names"], **eval_kw)
+        return train_frame, eval_frame
+    # held-out evaluation rows and training rows both come from the rows with the smallest hashes per label
+    keep = data.eval_size + data.train_size if data.eval_size and data.train_size else None
+    everything = load_text_classification(data.dataset, "train", keep_per_label=keep, **kw)
+    rows = everything.attrs.get("rows_read", len(everything))
+    held = data.eval_size or max(2, rows // 5)
+    if held >= rows - 1:
+        raise ValueError(f"{data.dataset} has {rows} rows: too few to hold out {held} for evaluation; "
+                         "pass eval_dataset or a smaller eval_size")
+    eval_frame = subsample(everything, held, seed=data.data_seed)
+    repeats = everything["text"].isin(set(eval_frame["text"]))
+    rest = everything[~repeats].reset_index(drop=True)
+    rest.attrs = dict(everything.attrs, repeats_left_out=int(repeats.sum() - len(eval_frame)))
+    if rest.attrs["repeats_left_out"]:  # counted, never dropped silently
+        print(f"{rest.attrs['repeats_left_out']} rows repeat a held-out text: left out of the training rows, "
+              "so no evaluation text is trained on")
+    lost = sorted(set(everything["label"]) - set(rest["label"]))
+    if lost:  # every row of these classes repeats a held-out text: training would silently miss them
+        names = [everything.attrs["label_names"][i] for i in lost]
+        raise ValueError(f"holding out {held} rows for evaluation leaves no training rows of class(es) {names} "
+                         "(their texts all repeat held-out ones): pass eval_dataset, or deduplicate the file")
+    if data.train_size is not None and data.train_size > rows - held:
+        raise ValueError(f"train_size={data.train_size} but {data.dataset} has only {rows - held} rows left after "
+                         f"holding out {held} for evaluation: ask for at most {rows - held} (or 'all')")
+    train_frame = rest if data.train_size is None else subsample(rest, data.train_size, seed=data.data_seed)
+    return train_frame, eval_frame
+
+
+def build_loaders(data: DataConfig, tokenizer, frames=None, seed: int = 0) -> Loaders:
+    """Tokenize and batch the data: the training order follows `seed` (chapters 0, 3-6, 8, A1).
+
+    Evaluation always pads per batch and groups by length (batches of twice the micro-batch unless
+    `eval_batch_size` says otherwise): how it is batched does not change what it measures, so every caller
+    evaluates the same way, fast. `frames`: (train, eval) already loaded.
+    """
+    train_frame, eval_frame = frames if frames is not None else load_frames(data)
+    if data.window is not None:  # windows of every text, pooled per text (chapter 9)
+        read = dict(window=data.window, stride=data.window_stride(), max_tokens=data.max_length - 2)
+        return Loaders(window_loader(train_frame, tokenizer, documents_per_batch=data.micro_batch, shuffle=True,
+                                     seed=seed, **read),
+                       window_loader(eval_frame, tokenizer, documents_per_batch=data.eval_batch_size
+                                     or 2 * data.micro_batch, **read))
+    pad = data.max_length if data.pad_to_max_length else None
+    train = make_loader(tokenize_frame(train_frame, tokenizer, data.max_length, data.truncation), tokenizer,
+                        data.micro_batch, shuffle=True, seed=seed, group_by_length=data.group_by_length,
+                        pad_to_max_length=pad)
+    evaluation = make_loader(tokenize_frame(eval_frame, tokenizer, data.max_length, data.truncation), tokenizer,
+                             data.eval_batch_size or 2 * data.micro_batch, group_by_length=True)
+    return Loaders(train, evaluation)

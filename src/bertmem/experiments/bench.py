@@ -1,0 +1,293 @@
+"""The seed's results table, regenerated: recipe variants side by side on the same data (chapter 5, `make bench`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+
+from bertmem.core.devices import cuda_free_bytes
+from bertmem.core.flags import RefusesRenamed
+from bertmem.core.runtime import seed_everything
+from bertmem.data.loaders import DataConfig, build_loaders, load_frames, parse_size
+from bertmem.experiments.cost import matmul_tflops, model_flops_utilisation
+from bertmem.experiments.run import build_model, environment_info
+from bertmem.experiments.stats import compare_accuracies, compare_paired, step_timing, summarize
+from bertmem.loop.combined import prepare_trainable, train
+from bertmem.loop.config import RunConfig, TrainConfig
+from bertmem.loop.precision import choose_precision
+from bertmem.memory.estimate import estimate_step_memory
+from bertmem.memory.measure import measure_step_memory
+from bertmem.memory.planner import PlanRequest
+from bertmem.model.adapters import LORA_LR_FACTOR, LORA_RANK
+from bertmem.model.loading import enable_gradient_checkpointing
+
+VARIANTS = ("fp32 baseline", "accumulation ×4", "mixed precision + accumulation", "full recipe",
+            "full + gradient checkpointing", "smallest footprint")
+
+
+@dataclass(frozen=True)
+class BenchConfig(RefusesRenamed):
+    """What every variant shares: model, data, effective batch, seeds (chapter 5, `bertmem bench`)."""
+
+    model_id: str = field(default=RunConfig.model_id, metadata={"help": "Hub id, local model folder, or 'tiny-bert'",
+                                                             "flag": "--model"})
+    dataset: str = field(default=DataConfig.dataset, metadata={
+        "help": "imdb, rotten_tomatoes, sst2, a Hub id or a file"})
+    train_size: int | None = field(default=DataConfig.train_size, metadata={"help": "training examples, or 'all'",
+                                                            "parse": parse_size})
+    eval_size: int | None = field(default=DataConfig.eval_size, metadata={"help": "evaluation examples, or 'all'",
+                                                          "parse": parse_size})
+    max_length: int = field(default=DataConfig.max_length, metadata={"help": "tokens per example"})
+    effective_batch: int = field(default=16, metadata={"help": "examples per optimizer step"})
+    accumulation_steps: int = field(default=4, metadata={"aliases": ("--accumulation",), "help": "micro-batches per "
+                                                         "optimizer step in the accumulating variants"})
+    learning_rate: float = field(default=1e-4, metadata={"help": "peak learning rate",
+                                                                       "aliases": ("--lr",)})
+    layerwise_decay: float = field(default=0.95, metadata={"help": "LLRD factor of the full recipe"})
+    epochs: int = field(default=1, metadata={"help": "passes over the training data"})
+    data_seed: int = field(default=0, metadata={
+        "help": "picks the data subset: every seed and variant sees the same examples"})
+    seeds: tuple[int, ...] = field(default=(0,), metadata={
+        "help": "training seeds, e.g. 0 1 2: one round of every variant per seed (accuracy mean ± std)",
+        "parse": int, "nargs": "+"})
+    device: str = field(default="cpu", metadata={"help": "cpu or cuda"})
+    variants: tuple[str, ...] = VARIANTS
+    progress: bool = field(default=True, metadata={"help": "show progress bars"})
+    memory_bytes: int | None = None  # budget per variant; None: the CUDA device's free memory (no limit on CPU)
+    RENAMED = {"model": "model_id", "accumulation": "accumulation_steps", "seed": "data_seed"}
+
+    def __post_init__(self) -> None:
+        if self.effective_batch % self.accumulation_steps:
+            raise ValueError(f"effective_batch {self.effective_batch} must be a multiple of accumulation_steps "
+                             f"{self.accumulation_steps} so every variant sees the same effective batch")
+        if not self.seeds or len(set(self.seeds)) != len(self.seeds):
+            raise ValueError(f"seeds must be distinct and at least one, got {self.seeds}")
+        unknown = [v for v in self.variants if v not in VARIANTS]
+        if unknown:
+            raise ValueError(f"unknown variant(s) {unknown}: choose from {VARIANTS}")
+
+
+Settings = tuple[RunConfig, DataConfig, TrainConfig]
+
+
+def variant_settings(bench: BenchConfig, variant: str, seed: int | None = None) -> Settings:
+    """The run, data and recipe of one variant: each is the one before plus one idea (chapter 5).
+
+    Training seed: `seed`, by default the first of `bench.seeds`.
+    """
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown variant {variant!r}: choose from {VARIANTS}")
+    seed = bench.seeds[0] if seed is None else seed
+    run = RunConfig(model_id=bench.model_id, attention="eager", device=bench.device, progress=bench.progress)
+    data = DataConfig(dataset=bench.dataset, train_size=bench.train_size, eval_size=bench.eval_size,
+                      max_length=bench.max_length, micro_batch=bench.effective_batch, group_by_length=False,
+                      pad_to_max_length=True, data_seed=bench.data_seed)
+    # every variant warms up (chapter 6), so the rows differ only in the levers below
+    recipe = TrainConfig(epochs=bench.epochs, learning_rate=bench.learning_rate, seed=seed, warmup_ratio=0.1)
+    steps = {  # what each variant changes, in order: (run, data, recipe) overrides
+        "accumulation ×4": ({}, {"micro_batch": bench.effective_batch // bench.accumulation_steps},
+                            {"accumulation_steps": bench.accumulation_steps}),
+        "mixed precision + accumulation": ({}, {}, {"precision": "auto"}),
+        "full recipe": ({"attention": "sdpa"}, {"group_by_length": True, "pad_to_max_length": False},
+                        {"layerwise_decay": bench.layerwise_decay}),
+        "full + gradient checkpointing": ({}, {}, {"gradient_checkpointing": True}),
+        # on top of checkpointing, chapter 8's lever that shrinks a step most: LoRA trains well under 1 % of the
+        # weights (no gradients or optimizer state for the rest), with the larger steps adapters need
+        "smallest footprint": ({}, {}, {"lora_r": LORA_RANK, "learning_rate": bench.learning_rate * LORA_LR_FACTOR}),
+    }
+    for name in VARIANTS[1:VARIANTS.index(variant) + 1]:
+        run_change, data_change, recipe_change = steps[name]
+        run = dataclasses.replace(run, **run_change)
+        data = dataclasses.replace(data, **data_change)
+        recipe = dataclasses.replace(recipe, **recipe_change)
+    return run, data, recipe
+
+
+def widest_batch(loader) -> dict[str, torch.Tensor]:
+    """The micro-batch with the most token positions: the one that sets the activation peak."""
+    return max(loader, key=lambda b: b["input_ids"].numel())
+
+
+def fit_check(bench: BenchConfig, model, run: RunConfig, data: DataConfig, config: TrainConfig,
+              precision: str) -> str | None:
+    """'does not fit (estimated X GB > Y GB)' when the variant's estimated peak exceeds the budget, else None."""
+
+    kernels = "cuda" if run.device.startswith("cuda") else "cpu"
+    request = PlanRequest(model_id=run.model_id, max_length=data.max_length, kernels=kernels)
+    budget = bench.memory_bytes
+    if budget is None:
+
+        budget = cuda_free_bytes(run.device) if kernels == "cuda" else None
+        # measured free memory: this process's CUDA context is already taken out
+        request = dataclasses.replace(request, cuda_context_bytes=0)
+    if budget is None:
+        return None
+    peak = estimate_step_memory(model.config, data.micro_batch, data.max_length, precision=precision,
+                                attention=run.attention, gradient_checkpointing=config.gradient_checkpointing,
+                                device=kernels).step_peak
+    needed = request.needed_bytes(peak)
+    if needed <= budget:
+        return None
+    return f"does not fit (estimated {needed / 1e9:.1f} GB > {budget / 1e9:.1f} GB)"
+
+
+def run_variant(bench: BenchConfig, variant: str, frames, peak_tflops: dict[str, float] | float | None,
+                seed: int | None = None) -> dict[str, Any]:
+    """Measure one variant with one training seed: memory on its widest micro-batch, then training and evaluation.
+
+    A variant whose estimated peak exceeds the budget is not run: its row says so (chapter 5).
+    `peak_tflops`: the measured matmul peak per precision, so MFU divides by the precision actually used.
+    The row keeps the step times after a warm-up (`step_times_s`) for the median across rounds.
+    """
+
+    run, data, config = variant_settings(bench, variant, seed)
+    train_frame, eval_frame = frames
+    seed_everything(config.seed)  # the classifier head: the same for every variant of a seed, whatever ran before
+    model, tokenizer = build_model(run, train_frame.attrs["label_names"], data.max_length)
+    loader, eval_loader = build_loaders(data, tokenizer, frames, seed=config.seed)
+    precision = choose_precision(config.precision, torch.device(run.device).type, verbose=False).precision
+    config = dataclasses.replace(config, precision=precision)  # resolved once: train() need not announce it
+    row = {"variant": variant, "micro-batch": data.micro_batch, "accumulation steps": config.accumulation_steps,
+           "precision": precision, "attention": run.attention,
+           "padding": "dynamic, length-grouped" if data.group_by_length else f"to {data.max_length}"}
+    verdict = fit_check(bench, model, run, data, config, precision)  # before the model takes memory on the device
+    if verdict is not None:
+        return {**row, "accuracy": float("nan"), "note": verdict}
+    model.to(run.device).train()
+    prepare_trainable(model, config)  # chapter 8's levers before the memory is measured
+    if config.gradient_checkpointing:
+        enable_gradient_checkpointing(model)
+    cuda = run.device.startswith("cuda")
+    try:
+        report = measure_step_memory(model, {k: v.to(run.device) for k, v in widest_batch(loader).items()},
+                                     precision=precision)
+        model.zero_grad(set_to_none=True)
+        if cuda:
+            torch.cuda.reset_peak_memory_stats()
+        result = train(model, loader, config, eval_loader, run=run)
+    except torch.OutOfMemoryError:  # the point of the table: the baseline may not fit the card
+        del model
+        if cuda:
+            torch.cuda.empty_cache()
+        return {**row, "accuracy": float("nan"), "note": "out of memory"}
+    epoch = result.final_metrics
+    tokens = sum(b["input_ids"].numel() for b in loader) * len(result.epochs)
+    num_params = sum(p.numel() for p in model.parameters())
+    times = [h["step_time_s"] for h in result.history]
+    kept = times[2:] if len(times) > 2 else times  # the first steps pay for allocation and warm caches
+    timing = step_timing(kept, warmup=0)
+    row.update({"seed": config.seed, "step_times_s": kept, "effective batch": bench.effective_batch,
+                "median step (s)": timing.median_s, "step spread (IQR / median)": timing.spread,
+                "activations (MiB)": report.activations / 2**20,
+                # fp32 weights, plus a gradient and two Adam moments per trainable parameter
+                "weights+grads+Adam (MiB)": (report.parameters + 3 * report.gradients) / 2**20,
+                "time per epoch (s)": sum(e["train_time_s"] for e in result.epochs) / len(result.epochs),
+                "examples/s": bench.effective_batch / timing.median_s, "accuracy": epoch["accuracy"],
+                "macro-F1": epoch["macro_f1"], "test examples": len(eval_frame), "correct": result.correct})
+    row["total (MiB)"] = row["activations (MiB)"] + row["weights+grads+Adam (MiB)"]
+    if cuda:
+        row["CUDA peak (MiB)"] = torch.cuda.max_memory_allocated() / 2**20
+    peak = peak_tflops.get(precision) if isinstance(peak_tflops, dict) else peak_tflops
+    if peak:
+        row["MFU"] = model_flops_utilisation(num_params, tokens, row["time per epoch (s)"] * len(result.epochs),
+                                             peak)
+    return row
+
+
+def combine_rounds(rounds: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """One row per variant from its rows in every round: median step over all rounds, accuracy mean ± std."""
+    combined = []
+    for runs in zip(*rounds):
+        if any("note" in r for r in runs):
+            combined.append(next(r for r in runs if "note" in r))
+            continue
+        row = {k: v for k, v in runs[0].items() if k not in ("seed", "step_times_s", "correct")}
+        timing = step_timing([t for r in runs for t in r["step_times_s"]], warmup=0)
+        accuracy, f1 = summarize([r["accuracy"] for r in runs]), summarize([r["macro-F1"] for r in runs])
+        compute = [sum(r["step_times_s"]) for r in runs]  # each round's training compute after warm-up
+        row.update({"seed count": len(runs), "median step (s)": timing.median_s,
+                    "step spread (IQR / median)": timing.spread,
+                    "examples/s": row["effective batch"] / timing.median_s,
+                    "time per epoch (s)": summarize([r["time per epoch (s)"] for r in runs]).mean,
+                    "accuracy": accuracy.mean, "accuracy std": accuracy.std, "macro-F1": f1.mean,
+                    "macro-F1 std": f1.std, "accuracies": [r["accuracy"] for r in runs],
+                    "compute per round (s)": compute})
+        if all(r.get("correct") is not None for r in runs):  # per seed, per test example: for pairing
+            row["correct per seed"] = [r["correct"] for r in runs]
+        if "MFU" in runs[0]:
+            row["MFU"] = summarize([r["MFU"] for r in runs]).mean
+        combined.append(row)
+    return combined
+
+
+def add_ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each row against the fp32 baseline, or the first row that ran (named in "ratios relative to"); Δ, noise.
+
+    The time ratio compares training compute (the step times after warm-up) round by round — each round runs
+    every variant back to back, so a slow spell of the machine falls on all of them — and takes the median over
+    rounds; with length-grouped batches the step times vary by design, so their sum, not a median step, is the
+    work. The accuracy difference gets a verdict from `stats.compare_paired` (same seeds, same test examples),
+    or from `stats.compare_accuracies` where a row lacks its per-example scores (an older bench.json).
+    """
+    ran = [r for r in rows if "note" not in r]
+    if not ran:
+        return rows
+    base = next((r for r in ran if r["variant"] == "fp32 baseline"), ran[0])
+    for row in rows:
+        if "note" in row:
+            continue
+        row["ratios relative to"] = base["variant"]  # every ratio names its reference row
+        row["activations ratio"] = row["activations (MiB)"] / base["activations (MiB)"]
+        if "compute per round (s)" in row and "compute per round (s)" in base:
+            per_round = [r / b for r, b in zip(row["compute per round (s)"], base["compute per round (s)"])]
+            row["time ratio"] = statistics.median(per_round)
+            row["time ratio range"] = f"{min(per_round):.2f}–{max(per_round):.2f}"
+        else:
+            row["time ratio"] = row["median step (s)"] / base["median step (s)"]
+        row["epoch time ratio"] = row["time per epoch (s)"] / base["time per epoch (s)"]
+        row["accuracy Δ (points)"] = 100 * (row["accuracy"] - base["accuracy"])
+        if row is not base:
+            if "correct per seed" in row and "correct per seed" in base:
+                verdict = compare_paired(base["correct per seed"], row["correct per seed"])
+            else:
+                verdict = compare_accuracies(base.get("accuracies", [base["accuracy"]]),
+                                             row.get("accuracies", [row["accuracy"]]), row.get("test examples"))
+            row["accuracy Δ vs noise"] = verdict.describe(" points", scale=100)
+            row["accuracy Δ margin (points)"] = 100 * verdict.margin  # half the 95 % interval's width
+            row["within noise"] = verdict.within_noise
+    return rows
+
+
+def precisions_used(bench: BenchConfig) -> list[str]:
+    """The precisions the variants run in on this device ('auto' resolved: fp16 on a T4, bf16 on newer cards)."""
+
+    device = torch.device(bench.device).type
+    return sorted({choose_precision(variant_settings(bench, v)[2].precision, device, verbose=False).precision
+                   for v in bench.variants})
+
+
+def run_bench(bench: BenchConfig) -> dict[str, Any]:
+    """Every variant on the same frames, in rounds (A B C … per seed); rows with ratios and noise (chapter 5).
+
+    Interleaving puts a slow spell of a shared machine on every variant alike instead of on whichever ran then
+    (odd rounds run the variants in reverse order); the matmul peak is measured again in every round.
+    """
+    frames = load_frames(variant_settings(bench, bench.variants[0])[1])
+    dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+    rounds, peaks_per_round = [], []
+    for index, seed in enumerate(bench.seeds):
+        peaks = {p: matmul_tflops(dtypes[p], bench.device) for p in precisions_used(bench)}
+        peaks_per_round.append(peaks)
+        order = bench.variants if index % 2 == 0 else bench.variants[::-1]  # A B C, then C B A: no fixed slot
+        rows = {v: run_variant(bench, v, frames, peaks, seed) for v in order}
+        rounds.append([rows[v] for v in bench.variants])
+    rows = combine_rounds(rounds)
+    if "fp32 baseline" in bench.variants:
+        rows = add_ratios(rows)
+    peaks = {p: statistics.median(r[p] for r in peaks_per_round) for p in peaks_per_round[0]}
+    return {"rows": rows, "rounds": rounds, "matmul_tflops": peaks, "matmul_tflops_per_round": peaks_per_round,
+            "bf16_matmul_tflops": peaks.get("bf16"), "settings": asdict(bench), "environment": environment_info()}

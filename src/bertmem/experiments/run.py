@@ -1,0 +1,202 @@
+"""One fine-tuning run from data to an output folder: the entry point behind `bertmem train` (chapter 5, A1)."""
+
+from __future__ import annotations
+
+import json
+import platform
+import shutil
+import tempfile
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from bertmem.core.devices import require_device, resolve_device
+from bertmem.core.runtime import seed_everything
+from bertmem.data.loaders import DataConfig, build_loaders, load_frames
+from bertmem.loop.accelerate_loop import train_with_accelerate
+from bertmem.loop.baseline import TrainResult, evaluate
+from bertmem.loop.checkpoint import CHECKPOINT_NAME
+from bertmem.loop.combined import encoder_levers, train
+from bertmem.loop.config import TINY_MODEL, RunConfig, TrainConfig
+from bertmem.loop.hf_trainer import train_with_trainer
+from bertmem.model.adapters import has_lora, merge_lora
+from bertmem.model.chunked import ChunkedClassifier
+from bertmem.model.loading import MINILM_ID, classifier_from_config, load_classifier, load_tokenizer, tiny_bert_config
+
+
+def build_model(run: RunConfig, label_names: list[str], max_length: int = 512):
+    """The classifier for run.model_id (a Hub id, folder, or 'tiny-bert') and its tokenizer (chapter 5)."""
+    if run.model_id == TINY_MODEL:
+        tokenizer = load_tokenizer(MINILM_ID)
+        config = tiny_bert_config(vocab_size=tokenizer.vocab_size, num_labels=len(label_names),
+                                  max_position_embeddings=max(128, max_length), hidden_dropout_prob=0.0,
+                                  attention_probs_dropout_prob=0.0,
+                                  id2label=dict(enumerate(label_names)),
+                                  label2id={n: i for i, n in enumerate(label_names)})
+        return classifier_from_config(config, run.attention), tokenizer
+    return load_classifier(run.model_id, len(label_names), run.attention, label_names), load_tokenizer(run.model_id)
+
+
+def environment_info() -> dict[str, Any]:
+    """Hardware and library versions, written beside every result (chapter 5)."""
+    import accelerate
+    import transformers
+
+    info = {"python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__,
+            "accelerate": accelerate.__version__, "cpu": platform.processor() or platform.machine(),
+            "cpu_threads": torch.get_num_threads()}
+    if torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name(0)
+    return info
+
+
+def parameter_checksum(model: torch.nn.Module) -> float:
+    """Sum of all weights in float64: equal on every rank when data-parallel copies agree (chapter 7)."""
+    full = [getattr(p, "full_tensor", lambda p=p: p)() for p in model.parameters()]  # gather FSDP shards
+    return float(sum(t.detach().double().sum() for t in full))
+
+
+def run_experiment(run: RunConfig, data: DataConfig, config: TrainConfig) -> dict[str, Any]:
+    """Load data and model, train with the chosen backend, evaluate, write the output folder (chapter 5)."""
+    if data.window is not None and encoder_levers(config):  # before anything loads (train() would refuse later)
+        levers = ", ".join(encoder_levers(config))
+        raise ValueError(f"--window trains a pooling wrapper around the classifier; {levers} cannot find its "
+                         "encoder there: drop them, or drop --window")
+    device = require_device(run.device) if run.device is not None else None
+    if run.output_dir:  # before any data or model is loaded: a bad folder must not cost a training run
+        prepare_output_dir(run)
+    frames = load_frames(data)
+    names = frames[0].attrs["label_names"]
+    seed_everything(config.seed)  # the new classifier head is drawn here: same seed, same run
+    model, tokenizer = build_model(run, names, data.window or data.max_length)
+    if data.window is not None:  # every window of a text, its logits pooled, trained end to end (chapter 9)
+
+        model = ChunkedClassifier(model)
+    if device is not None and run.backend != "accelerate":  # Accelerate gives each process its own device
+        model.to(device)  # placed once; every helper below follows the model
+    if run.output_dir and run.overwrite and not run.resume:
+        remove_previous_run(Path(run.output_dir).expanduser())
+    loaders = build_loaders(data, tokenizer, frames, seed=config.seed)
+    identity = dict(asdict(run), **asdict(data), label_names=list(names))  # train() adds fingerprint and size
+    result = run_backend(run, model, loaders.train, config, loaders.eval, identity)
+    summary = {"final": result.final_metrics, "epochs": result.epochs, "history": result.history,
+               "precision": result.precision, "skipped_steps": result.skipped_steps, "backoffs": result.backoffs,
+               "num_processes": result.num_processes, "rank": result.rank, "rank_bytes": result.rank_bytes,
+               "parameter_checksum": parameter_checksum(model), "label_names": names,
+               "train_examples": len(frames[0]), "eval_examples": len(frames[1]), "environment": environment_info()}
+    if run.output_dir:
+        write_outputs(Path(run.output_dir), run, data, config, summary, result, model, tokenizer)
+    return summary
+
+
+def run_backend(run: RunConfig, model, train_loader, config: TrainConfig, eval_loader,
+                settings: dict[str, Any] | None = None) -> TrainResult:
+    """Train with bertmem's loop, Accelerate or the HF Trainer (same recipe, same batches) (chapter 5)."""
+    if run.backend == "accelerate":
+
+        return train_with_accelerate(model, train_loader, config, eval_loader, run=run)
+    if run.backend == "trainer":
+
+        result = train_with_trainer(model, train_loader, config, run=run)
+        result.epochs.append(evaluate(model, eval_loader))
+        return result
+    return train(model, train_loader, config, eval_loader, settings, run=run)
+
+
+RUN_FILES = ("metrics.json", "config.json", "loss.png", CHECKPOINT_NAME)  # what a run leaves in its folder
+
+
+def previous_run_files(folder: Path) -> list[Path]:
+    """The files and folders a bertmem run leaves behind in `folder` (chapter A1)."""
+    found = [folder / name for name in RUN_FILES if (folder / name).exists()]
+    found += sorted(folder.glob("rank*.json"))
+    if (folder / "model").is_dir():
+        found.append(folder / "model")
+    return found
+
+
+def prepare_output_dir(run: RunConfig) -> Path:
+    """Check the output folder before any work: creatable, writable, not the model, no older run (chapter A1).
+
+    With `run.overwrite` a previous run's files are removed (an old model/ must not sit next to new
+    metrics); with `run.resume` they are kept, since the checkpoint is what the run continues from.
+    """
+    folder = Path(run.output_dir).expanduser()
+    if folder.exists() and not folder.is_dir():
+        raise ValueError(f"output_dir {folder} is a file, not a folder: choose another --output-dir")
+    model_dir = Path(run.model_id).expanduser()
+    inside = folder.resolve() in (model_dir.resolve(), *model_dir.resolve().parents)
+    if model_dir.is_dir() and inside:
+        raise ValueError(f"output_dir {folder} holds the model being fine-tuned ({run.model_id}): writing results "
+                         "there would replace its files; choose another --output-dir")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as err:
+        raise ValueError(f"output_dir {folder} cannot be created or written ({err.strerror or err}): "
+                         "choose a writable --output-dir") from None
+    previous = previous_run_files(folder)
+    if previous and not (run.overwrite or run.resume):
+        names = ", ".join(p.name for p in previous)
+        raise ValueError(f"output_dir {folder} already holds a run ({names}): pass --overwrite (overwrite=True) "
+                         "to replace it, --resume to continue it, or choose another --output-dir")
+    return folder
+
+
+def remove_previous_run(folder: Path) -> None:
+    """With overwrite: drop an earlier run's files once data and model have loaded (a typo costs nothing)."""
+    for path in previous_run_files(folder):  # several processes may do this at once under accelerate launch
+        shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
+
+
+def write_outputs(folder: Path, run: RunConfig, data: DataConfig, config: TrainConfig, summary: dict,
+                  result: TrainResult, model, tokenizer) -> None:
+    """metrics.json, config.json, loss.png (and the model) from the main process; rank<r>.json from each of several."""
+    folder.mkdir(parents=True, exist_ok=True)
+    if result.num_processes > 1:  # what each data-parallel process holds and saw (chapter 7)
+        rank_info = {k: summary[k] for k in ("parameter_checksum", "rank_bytes", "num_processes")}
+        rank_info["losses"] = result.losses
+        (folder / f"rank{result.rank}.json").write_text(json.dumps(rank_info, indent=1))
+    if result.rank != 0:
+        return
+    (folder / "metrics.json").write_text(json.dumps(summary, indent=1, default=str))
+    (folder / "config.json").write_text(json.dumps({"run": asdict(run), "data": asdict(data), "train": asdict(config)},
+                                                         indent=1))
+    from matplotlib.figure import Figure  # no pyplot: leaves a notebook's backend alone
+
+    ax = Figure(figsize=(7, 3.5)).subplots()
+    result.plot(ax=ax, smooth=max(1, min(10, len(result.history) // 5)))
+    ax.set_title(f"{run.model_id} on {Path(data.dataset).name}")
+    ax.figure.savefig(folder / "loss.png", dpi=120, bbox_inches="tight")
+    if run.save_model:
+        model = getattr(model, "module", model)
+
+        if isinstance(model, ChunkedClassifier):  # the classifier reads one window; pooling is how it is used
+            model = model.classifier
+        if has_lora(model):  # saved merged: a plain transformers folder that loads without peft (chapter 8)
+            merge_lora(model)
+        model.save_pretrained(folder / "model")
+        tokenizer.save_pretrained(folder / "model")
+
+
+@torch.no_grad()
+def predict_texts(model, tokenizer, texts: list[str], max_length: int = 256, batch_size: int = 32,
+                  device: str | None = None) -> list[dict[str, Any]]:
+    """Label and probability for each new text, with the model's own label names, on its device (chapter A1)."""
+    if isinstance(texts, str) or not all(isinstance(t, str) and t.strip() for t in texts):
+        raise TypeError("texts must be a list of non-empty strings (wrap a single text in a list)")
+    device = resolve_device(model, device)
+    model.eval()
+    names = getattr(model.config, "id2label", None) or {}
+    out = []
+    for start in range(0, len(texts), batch_size):
+        chunk = texts[start:start + batch_size]
+        batch = tokenizer(chunk, truncation=True, max_length=max_length, padding=True, return_tensors="pt").to(device)
+        probs = model(**batch).logits.float().softmax(-1)
+        for text, p in zip(chunk, probs):
+            k = int(p.argmax())
+            out.append({"text": text, "label": names.get(k, str(k)), "probability": float(p[k])})
+    return out

@@ -1,0 +1,52 @@
+"""The training loop, one piece per chapter: the chapter-0 baseline, accumulation, precision, the optimizer and
+layer-wise groups, checkpoint and resume, the combined loop (`train`), and the Accelerate and Trainer backends;
+`RunConfig` and `TrainConfig`.
+"""
+
+from bertmem.loop.accelerate_loop import shard_with_fsdp2, train_with_accelerate
+from bertmem.loop.accumulation import (
+    backward_window,
+    backward_with_backoff,
+    is_out_of_memory,
+    loss_weights,
+    plan_for,
+    split_batch,
+    split_evenly,
+    sync_context,
+    windows,
+)
+from bertmem.loop.baseline import TrainResult, evaluate, evaluate_into, train_baseline
+from bertmem.loop.combined import make_optimizer_and_scheduler, prepare_run, train
+from bertmem.loop.config import RunConfig, TrainConfig
+from bertmem.loop.hf_trainer import train_with_trainer, trainer_first_step
+from bertmem.loop.optim import (
+    EMBEDDINGS,
+    HEAD,
+    OPTIMIZER_NAMES,
+    group_lr_scale,
+    layer_assignment,
+    layerwise_param_groups,
+    make_optimizer,
+    no_weight_decay,
+    seed_article_param_groups,
+)
+from bertmem.loop.precision import (
+    NonFiniteError,
+    PrecisionChoice,
+    autocast_context,
+    check_finite,
+    choose_precision,
+    diagnose_scale_trace,
+    pure_half,
+    skipped_steps,
+    trace_op_dtypes,
+)
+from bertmem.loop.resume import RunState
+
+__all__ = ["EMBEDDINGS", "HEAD", "NonFiniteError", "OPTIMIZER_NAMES", "PrecisionChoice", "RunConfig", "RunState",
+    "TrainConfig", "TrainResult", "autocast_context", "backward_window", "backward_with_backoff", "check_finite",
+    "choose_precision", "diagnose_scale_trace", "evaluate", "evaluate_into", "group_lr_scale", "is_out_of_memory",
+    "layer_assignment", "layerwise_param_groups", "loss_weights", "make_optimizer", "make_optimizer_and_scheduler",
+    "no_weight_decay", "plan_for", "prepare_run", "pure_half", "seed_article_param_groups", "shard_with_fsdp2",
+    "skipped_steps", "split_batch", "split_evenly", "sync_context", "trace_op_dtypes", "train", "train_baseline",
+    "train_with_accelerate", "train_with_trainer", "trainer_first_step", "windows"]

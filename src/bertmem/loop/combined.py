@@ -1,0 +1,152 @@
+"""The fine-tuning loop: AdamW, warmup + decay, accumulation, precision, LLRD, checkpoints (chapters 0, 2–5)."""
+
+from __future__ import annotations
+
+import functools
+import math
+import time
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader
+
+from bertmem.core.devices import model_device, require_device, synchronize
+from bertmem.core.interrupts import stops_on_sigterm
+from bertmem.core.runtime import progress as progress_bar
+from bertmem.core.runtime import seed_everything
+from bertmem.data.batching import dataset_size
+from bertmem.loop.accumulation import backward_with_backoff, check_dataset_fits, optimizer_steps, windows
+from bertmem.loop.baseline import TrainResult, evaluate_into
+from bertmem.loop.config import RunConfig, TrainConfig
+from bertmem.loop.optim import layerwise_param_groups, make_optimizer
+from bertmem.loop.precision import autocast_context, check_finite, choose_precision
+from bertmem.loop.resume import RunState
+from bertmem.model.adapters import apply_lora, freeze_lower_layers, has_lora
+from bertmem.model.loading import enable_gradient_checkpointing
+
+
+def make_optimizer_and_scheduler(model: torch.nn.Module, config: TrainConfig, total_steps: int):
+    """AdamW (or chapter 8's choice; one group or chapter 4's layer-wise groups), warmup/decay (chapter 0)."""
+    from transformers import get_linear_schedule_with_warmup
+
+
+    if config.layerwise_decay is None:
+        params = [p for p in model.parameters() if p.requires_grad]
+    else:
+        params = layerwise_param_groups(model, config.learning_rate, config.layerwise_decay, config.weight_decay)
+    fused = config.optimizer == "adamw" and use_fused_adamw(config, model)
+    optimizer = make_optimizer(params, config.optimizer, config.learning_rate, config.weight_decay, fused=fused)
+    warmup = math.ceil(config.warmup_ratio * total_steps)
+    return optimizer, get_linear_schedule_with_warmup(optimizer, warmup, total_steps)
+
+
+def encoder_levers(config: TrainConfig) -> list[str]:
+    """The recipe's levers that must find the encoder's layers: LoRA, frozen layers, layer-wise decay (ch. 4, 8)."""
+    return [name for name in ("lora_r", "freeze_layers", "layerwise_decay") if getattr(config, name)]
+
+
+def prepare_trainable(model: torch.nn.Module, config: TrainConfig) -> None:
+    """Chapter 8's levers, once, before the optimizer exists: LoRA adapters, then frozen lower layers.
+
+    In that order, adapters inside the frozen layers stay frozen too. They, and layer-wise decay, find the
+    encoder through a transformers classifier's `base_model_prefix`; a model without one is refused, not
+    trained with the wrong parameters frozen or grouped.
+    """
+    if encoder_levers(config) and not hasattr(model, "base_model_prefix"):  # e.g. chapter 9's ChunkedClassifier
+        raise ValueError(f"{', '.join(encoder_levers(config))} need a transformers classifier (its "
+                         f"base_model_prefix says where the encoder is); {type(model).__name__} has none: train "
+                         "without them")
+    if config.lora_r is not None and not has_lora(model):  # a model resumed or trained again keeps its own
+        apply_lora(model, config.lora_r)
+    if config.freeze_layers:
+        freeze_lower_layers(model, config.freeze_layers)
+
+
+def use_fused_adamw(config: TrainConfig, model: torch.nn.Module) -> bool:
+    """Whether AdamW runs its fused kernel: asked for, or (None) whenever the device and dtypes allow (chapter 5)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    supported = (params[0].device.type in ("cuda", "cpu", "xpu", "mps")
+                 and all(p.dtype in (torch.float32, torch.float16, torch.bfloat16) for p in params))
+    if config.fused_optimizer and not supported:
+        raise ValueError(f"fused AdamW is not available for {params[0].device.type} parameters of these dtypes: "
+                         "set fused_optimizer=None or False")
+    return supported if config.fused_optimizer is None else bool(config.fused_optimizer)
+
+
+def prepare_run(model: torch.nn.Module, train_loader, config: TrainConfig, run: RunConfig):
+    """Checks, seed, device, chapter 8's levers, checkpointing; (device, micro-batch size, steps per epoch, total)."""
+    if len(train_loader) == 0:
+        raise ValueError("the training loader yields no batches: the dataset is empty")
+    micro_size = getattr(train_loader, "batch_size", None) or len(next(iter(train_loader))["labels"])
+    check_dataset_fits(dataset_size(train_loader), micro_size * config.accumulation_steps)
+    seed_everything(config.seed)
+    if run.device is not None:  # asked for a device: place the model there once; helpers follow it
+        model.to(require_device(run.device))
+    prepare_trainable(model, config)
+    if config.gradient_checkpointing:
+        enable_gradient_checkpointing(model)
+    steps_per_epoch, total = optimizer_steps(len(train_loader), config.accumulation_steps, config.epochs,
+                                             config.max_steps)
+    return model_device(model), micro_size, steps_per_epoch, total
+
+
+@stops_on_sigterm  # SIGTERM saves a checkpoint like Ctrl-C does
+def train(model: torch.nn.Module, train_loader: DataLoader, config: TrainConfig,
+          eval_loader: DataLoader | None = None, settings: dict[str, Any] | None = None, *,
+          run: RunConfig | None = None) -> TrainResult:
+    """Fine-tune with every lever of chapters 2-5 in one loop (chapter 5).
+
+    `run`: device, progress bars, checkpoints (`RunConfig`); `settings`: what the caller
+    knows (model id, dataset …), kept in checkpoints and compared on resume.
+    """
+    run = run or RunConfig()
+    device, micro_size, per_epoch, total = prepare_run(model, train_loader, config, run)
+    optimizer, scheduler = make_optimizer_and_scheduler(model, config, total)
+    params = [p for p in model.parameters() if p.requires_grad]
+    choice = choose_precision(config.precision, device.type, verbose=config.precision == "auto")
+    autocast = functools.partial(autocast_context, choice.precision, device.type)
+    scaler = torch.amp.GradScaler(device.type, enabled=choice.use_scaler)  # fp16 only
+    result = TrainResult(precision=choice.precision)
+    parts = dict(model=model, optimizer=optimizer, scheduler=scheduler, scaler=scaler)
+    state = RunState.begin(run, config, train_loader, micro_size, result, parts, settings)
+    for epoch in state.epochs(config.epochs, total):
+        model.train()
+        batches = state.batches(epoch)  # resumed mid-epoch: the rest of it
+        desc, done = f"epoch {epoch}/{config.epochs}", state.done // config.accumulation_steps
+        bar = progress_bar(None, desc, run.progress, total=per_epoch, initial=done)
+        with state.saved_on_interrupt():  # Ctrl-C, SIGTERM: save the last step
+            for window in windows(batches, config.accumulation_steps):
+                started = time.perf_counter()
+                loss, splits = backward_with_backoff(model, window, device, config.loss_weighting, state.splits,
+                                                     config.oom_backoff, scale=scaler.scale, autocast=autocast)
+                record = {"step": state.step + 1, "epoch": epoch, "loss": loss}
+                scaler.unscale_(optimizer)  # true gradients, before clipping
+                if config.max_grad_norm is not None:
+                    record["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm))
+                if config.guard_non_finite and not choice.use_scaler:
+                    check_finite(state.step + 1, loss, model, optimizer)
+                scale = scaler.get_scale()
+                scaler.step(optimizer)  # skipped when an fp16 gradient is inf or NaN
+                scaler.update()
+                if scaler.get_scale() >= scale:  # stepped: the schedule moves on
+                    scheduler.step()
+                else:
+                    result.skipped_steps += 1
+                if choice.use_scaler:
+                    record["loss_scale"] = scaler.get_scale()
+                optimizer.zero_grad(set_to_none=True)
+                synchronize(device)  # a GPU's queued kernels belong to this step's time
+                record.update(step_time_s=time.perf_counter() - started, lr=scheduler.get_last_lr()[0])
+                result.history.append(record)
+                bar.set_postfix(loss=f"{loss:.3f}", refresh=False)
+                bar.update(1)
+                state.on_step(window, splits)  # where the run stands; checkpoints
+                if state.step >= total:
+                    break
+            bar.close()
+            record = state.epoch_record(epoch)
+            if eval_loader is not None:  # a stop here resumes to evaluate
+                record.update(evaluate_into(result, model, eval_loader, run.progress))
+            result.epochs.append(record)
+            state.on_epoch(epoch)  # a checkpoint at every epoch's end
+    return result

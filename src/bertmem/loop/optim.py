@@ -1,0 +1,128 @@
+"""Layer-wise learning-rate decay: AdamW parameter groups for any BERT-family encoder (chapter 4)."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import torch
+from torch import nn
+
+from bertmem.core.runtime import quiet_bitsandbytes_notice
+from bertmem.model.loading import find_encoder_layers
+
+HEAD = "head"
+EMBEDDINGS = "embeddings"
+
+
+def layer_assignment(model: nn.Module) -> dict[str, str]:
+    """Map every trainable parameter name to 'embeddings', 'layer.<k>' (1 = bottom) or 'head' (chapter 4)."""
+    layers_name, layers = find_encoder_layers(model)
+    container = layers_name.rsplit(".", 1)[0] if "." in layers_name else ""
+    base = getattr(model, "base_model", model)
+    base_prefix = next((n for n, m in model.named_modules() if m is base), "")
+    assignment: dict[str, str] = {}
+    for name, param in model.named_parameters():
+        if not param.requires_grad:
+            continue
+        if name.startswith(layers_name + "."):
+            index = int(name[len(layers_name) + 1:].split(".", 1)[0])
+            assignment[name] = f"layer.{index + 1}"
+        elif base_prefix and not name.startswith(base_prefix + "."):
+            assignment[name] = HEAD  # classifier and other task-specific modules outside the backbone
+        elif ".pooler." in f".{name}" or name.startswith("pooler."):
+            assignment[name] = HEAD
+        elif "embed" in name.lower() or (container and name.startswith(container + ".")):
+            # word/position/type embeddings and their LayerNorm; DeBERTa's shared relative-position
+            # embeddings (and their LayerNorm) sit in the encoder, below every layer
+            assignment[name] = EMBEDDINGS
+        else:
+            raise ValueError(f"cannot assign parameter {name!r} to the embeddings, an encoder layer or the head: "
+                             "freeze it (requires_grad=False) or extend bertmem.loop.optim.layer_assignment")
+    return assignment
+
+
+def group_lr_scale(group: str, num_layers: int, decay: float) -> float:
+    """base_lr's multiplier: head 1, layer k decay^(L-k), embeddings decay^L (ch. 4)."""
+    if group == HEAD:
+        return 1.0
+    if group == EMBEDDINGS:
+        return decay ** num_layers
+    return decay ** (num_layers - int(group.split(".")[1]))
+
+
+def no_weight_decay(name: str, param: torch.Tensor) -> bool:
+    """Biases and normalisation weights (all 1-D tensors) get no weight decay (chapter 4)."""
+    return param.ndim <= 1 or name.endswith(".bias")
+
+
+def layerwise_param_groups(model: torch.nn.Module, base_lr: float, decay: float = 0.95,
+                           weight_decay: float = 0.01) -> list[dict]:
+    """AdamW groups, one learning rate per layer, decaying downwards (chapter 4).
+
+    Layers are numbered 1..L from the bottom: layer k gets base_lr·decay^(L−k), the
+    embeddings base_lr·decay^L, the head (pooler + classifier) base_lr, as the top
+    layer. Every trainable parameter lands in exactly one group, frozen ones in none;
+    biases and LayerNorm weights get weight_decay 0.
+    """
+    if not base_lr > 0:
+        raise ValueError(f"base_lr must be > 0, got {base_lr}")
+    if not 0 < decay <= 1:
+        raise ValueError(f"decay must be in (0, 1], got {decay}: 1.0 means no decay")
+    if weight_decay < 0:
+        raise ValueError(f"weight_decay must be >= 0, got {weight_decay}")
+    assignment = layer_assignment(model)
+    num_layers = len(find_encoder_layers(model)[1])
+    groups: OrderedDict[tuple[str, bool], dict] = OrderedDict()
+    for name, param in model.named_parameters():
+        if name not in assignment:
+            continue
+        key = (assignment[name], no_weight_decay(name, param))
+        if key not in groups:
+            groups[key] = {"name": key[0] + (" (no decay)" if key[1] else ""),
+                           "params": [], "param_names": [],
+                           "lr": base_lr * group_lr_scale(key[0], num_layers, decay),
+                           "weight_decay": 0.0 if key[1] else weight_decay}
+        groups[key]["params"].append(param)
+        groups[key]["param_names"].append(name)
+    return list(groups.values())
+
+
+def seed_article_param_groups(model: nn.Module, base_lr: float = 2e-5, decay: float = 0.95) -> list[dict]:
+    """The seed article's grouping, verbatim: only names containing 'layer.{k}.' get a group (chapter 4)."""
+    num_layers = model.config.num_hidden_layers
+    groups = []
+    for layer_num in range(num_layers):
+        lr = base_lr * (decay ** (num_layers - layer_num))
+        groups.append({"params": [p for n, p in model.named_parameters() if f"layer.{layer_num}." in n], "lr": lr})
+    return groups
+
+OPTIMIZER_NAMES = ("adamw", "adamw8bit", "adafactor")
+
+
+def make_optimizer(params, name: str = "adamw", lr: float = 5e-5, weight_decay: float = 0.01,
+                   fused: bool = False) -> torch.optim.Optimizer:
+    """AdamW, 8-bit AdamW (bitsandbytes) or Adafactor (transformers) over parameters or groups (chapter 8).
+
+    8-bit AdamW comes from bitsandbytes, which runs it on CPUs as well as CUDA GPUs and keeps plain tensors
+    (uint8 moments, one fp32 scale per block of 256); torchao's AdamW8bit compiles every step with
+    torch.compile and keeps tensor subclasses, which the book's memory measurement cannot look inside.
+    """
+    if name == "adamw":
+        return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, fused=fused)
+    if name == "adamw8bit":
+        return _bitsandbytes().optim.AdamW8bit(params, lr=lr, weight_decay=weight_decay)
+    if name == "adafactor":
+        from transformers.optimization import Adafactor
+
+        # a fixed learning rate, so warmup and decay come from our scheduler as for AdamW; no first moment
+        return Adafactor(params, lr=lr, weight_decay=weight_decay, scale_parameter=False, relative_step=False,
+                         warmup_init=False, beta1=None)
+    raise ValueError(f"optimizer must be one of {OPTIMIZER_NAMES}, got {name!r}")
+
+
+def _bitsandbytes():
+    """bitsandbytes, imported quietly."""
+    quiet_bitsandbytes_notice()
+    import bitsandbytes
+
+    return bitsandbytes

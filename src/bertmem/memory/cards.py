@@ -1,0 +1,112 @@
+"""The one GPU table: each card's memory, datasheet peaks and measured speed, and the CUDA context (ch. 1, 5).
+
+What the planner budgets for (`--memory t4`), what the chapters' minutes are computed from, and what the
+published throughputs are compared with all read `CARDS`; nothing else holds a card's numbers."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from bertmem.core.units import MIB
+
+# The CUDA context (driver, kernels, library handles), which no PyTorch counter sees. Before CUDA 11.7 every
+# kernel was loaded at start-up: 1343 MiB on the V100 of HF-PERF (its own measurement). With lazy loading,
+# PyTorch's default since 1.13 (pytorch/pytorch#86509, which measured 274 MiB lazy against 636 MiB eager):
+# 426 MiB with PyTorch 2.10 and CUDA 13 (unslothai/unsloth-zoo#1053, nvidia-smi, RTX 6000 Ada).
+CONTEXT_MIB = {"eager": 1343, "lazy": 426}
+
+
+
+# Assumed share of the datasheet peak that a BERT fine-tune reaches (kernels, data loading, optimizer, Python);
+# each card carries its own value, this is the one the book assumes for all three until a GPU run measures them.
+UTILISATION = 0.3
+
+
+@dataclass(frozen=True)
+class Card:
+    """A GPU's memory and dense datasheet peaks in TFLOP/s per precision (no sparsity, no TF32) (setup cells)."""
+
+    name: str
+    memory_mib: int | None  # total device memory as nvidia-smi reports it; None: not needed (throughput rows only)
+    peak_tflops: dict[str, float]
+    source: str
+    utilisation: float = UTILISATION  # the assumed share of the peak reached (an assumption, stated on the page)
+    # TFLOP/s a BERT-class fine-tune was measured to reach on this card, by precision, and where it was published
+    measured_tflops: dict[str, float] = field(default_factory=dict)
+    measured_source: str = ""
+
+    def __post_init__(self) -> None:
+        if "fp32" not in self.peak_tflops or min(self.peak_tflops.values()) <= 0:
+            raise ValueError(f"{self.name}: peak_tflops needs a positive 'fp32' entry, got {self.peak_tflops}")
+        if not 0 < self.utilisation <= 1:
+            raise ValueError(f"{self.name}: utilisation must be in (0, 1], got {self.utilisation}")
+
+    def low_precision(self) -> str:
+        """The precision `auto` picks on this card: bf16 where it has bf16 tensor cores, else fp16."""
+        return "bf16" if "bf16" in self.peak_tflops else "fp16"
+
+    def training_tflops(self, precision: str) -> float:
+        """What a BERT fine-tune reaches: the published measurement, else the datasheet peak × utilisation."""
+        precision = self.low_precision() if precision == "auto" else precision
+        if precision in self.measured_tflops:
+            return self.measured_tflops[precision]
+        return self.tflops(precision) * self.utilisation
+
+    def tflops(self, precision: str) -> float:
+        """The dense peak for a precision ('auto' = this card's 16-bit format)."""
+        precision = self.low_precision() if precision == "auto" else precision
+        if precision not in self.peak_tflops:
+            raise ValueError(f"{self.name} has no {precision} peak; choose one of {sorted(self.peak_tflops)}")
+        return self.peak_tflops[precision]
+
+
+# Device memory as nvidia-smi reports each card's total (its datasheet's GB are decimal and a little more): what
+# `--memory t4` plans for, and what a plain `bertmem plan` assumes on any machine.
+CARDS = {  # NVIDIA datasheets (references.bib: nvidia2018t4, nvidia2023l4, nvidia2020a100)
+    # T4, measured: fp16, 0.30 s per batch of 32 × 128 tokens for ModernBERT-base (149 M parameters) = 6·P·T/t =
+    # 12.2 TFLOP/s (earino2026t4); fp32, 54.8 sequences of 128 tokens per second for bert-base (110 M) at batch 8,
+    # forward and backward = 4.6 TFLOP/s (liu2022gact's speed results).
+    "T4": Card("Colab T4", 15360, {"fp32": 8.1, "fp16": 65.0}, "nvidia2018t4",
+               measured_tflops={"fp16": 12.2, "fp32": 4.6}, measured_source="earino2026t4,liu2022gact"),
+    "L4": Card("L4", 23034, {"fp32": 30.3, "fp16": 121.0, "bf16": 121.0}, "nvidia2023l4"),
+    "A100": Card("A100 40GB", 40960, {"fp32": 19.5, "fp16": 312.0, "bf16": 312.0}, "nvidia2020a100"),
+    # Cards that only the published throughput rows name (`bertmem.book.published`): NVIDIA's V100 datasheet (SXM2:
+    # fp32 15.7, tensor fp16 125) and A10 datasheet (fp32 31.2, tensor fp16 125); their memory is not used.
+    "V100": Card("V100", None, {"fp32": 15.7, "fp16": 125.0}, "NVIDIA V100 datasheet"),
+    "A10": Card("A10", None, {"fp32": 31.2, "fp16": 125.0}, "NVIDIA A10 datasheet"),
+}
+
+
+def card_for(gpu_name: str | None) -> Card | None:
+    """The card a CUDA device name names as a whole word ('Tesla T4', 'NVIDIA L4'; not 'L40S'), else None."""
+    for key, card in CARDS.items():
+        if gpu_name and re.search(rf"\b{key}\b", gpu_name, flags=re.IGNORECASE):
+            return card
+    return None
+# What a CUDA process holds beyond the step's tensors, held against memory others measured on GPUs
+# (`bertmem.book.published`, `make bench-planner`). The CUDA context, which no PyTorch counter sees: 426 MiB with
+# lazy kernel loading, PyTorch's default since 1.13 (nvidia-smi, PyTorch 2.10 / CUDA 13; CONTEXT_MIB above).
+# The caching allocator's rounding and fragmentation, workspaces and whatever else the estimate misses, as a
+# share of the estimated peak: fitted to published nvidia-smi readings of training runs (fit rows; the held-out
+# rows and the checks are printed by `make bench-planner`). The fit rows are bert-large at 512 tokens on a V100
+# with PyTorch 1.x; none tests a large activation load on a T4. Both are parameters: pass what your card measures.
+CUDA_CONTEXT_BYTES = CONTEXT_MIB["lazy"] * MIB
+_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+
+
+# The cards `--memory NAME` accepts, by lower-case name: a view of `CARDS`, not a second table.
+CARD_MEMORY = {key.lower(): card.memory_mib * MIB for key, card in CARDS.items() if card.memory_mib}
+DEFAULT_CARD = "t4"
+
+
+def parse_memory(text: str) -> int:
+    """Bytes from '15GiB', '16 GB', '24000MB', a card name (t4, l4, a100) or a plain number (chapter 5)."""
+    if str(text).strip().lower() in CARD_MEMORY:
+        return CARD_MEMORY[str(text).strip().lower()]
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", str(text))
+    if not match or match.group(2).lower() not in _UNITS:
+        raise ValueError(f"cannot read memory size {text!r}: write e.g. 15GiB, 16GB, 24000MB or a card "
+                         f"({', '.join(CARD_MEMORY)})")
+    return int(float(match.group(1)) * _UNITS[match.group(2).lower()])

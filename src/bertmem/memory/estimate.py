@@ -1,0 +1,247 @@
+"""Estimate one training step on a CUDA GPU without allocating memory, under FakeTensorMode (chapter 1)."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import warnings
+from typing import Iterator
+
+import torch
+
+from bertmem.loop.optim import make_optimizer
+from bertmem.loop.precision import PRECISIONS, autocast_context
+from bertmem.memory.analytic import _check_sizes, adamw8bit_state_like, quantization_maps
+from bertmem.memory.measure import MemoryReport, measure_step_memory
+from bertmem.model.adapters import apply_lora, freeze_lower_layers
+from bertmem.model.loading import classifier_from_config, enable_gradient_checkpointing, resolve_model_source
+
+KNOWN_CONFIGS = {  # shapes only, so estimates need no download
+    "bert-base-uncased": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072),
+    "bert-large-uncased": dict(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16,
+                               intermediate_size=4096),
+}
+
+
+def model_config(config_or_model_id, num_labels: int = 2):
+    """A transformers config from a config object, a known BERT id, or a local/Hub model (chapter 1)."""
+    from transformers import AutoConfig, BertConfig, PretrainedConfig
+
+    if isinstance(config_or_model_id, PretrainedConfig):
+        return config_or_model_id
+    if not isinstance(config_or_model_id, str):
+        raise TypeError(f"expected a transformers config or a model id, got {type(config_or_model_id).__name__}")
+    name = config_or_model_id.removeprefix("google-bert/")
+    if name in KNOWN_CONFIGS:
+        return BertConfig(num_labels=num_labels, **KNOWN_CONFIGS[name])
+
+    return AutoConfig.from_pretrained(resolve_model_source(config_or_model_id), num_labels=num_labels)
+
+
+def parameter_count(config_or_model_id, num_labels: int = 2) -> int:
+    """Parameters of the sequence classifier, counted on the meta device: nothing allocated (setup cells)."""
+
+    with torch.device("meta"):
+        model = classifier_from_config(model_config(config_or_model_id, num_labels))
+    return sum(p.numel() for p in model.parameters())
+
+
+def _fused_sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    """The memory-efficient fused kernel a CUDA GPU runs for BERT's padded attention (estimates only)."""
+    if attn_mask is not None:
+        attn_mask = attn_mask.to(query.dtype)
+    return torch.ops.aten._scaled_dot_product_efficient_attention(
+        query, key, value, attn_mask, True, dropout_p, is_causal, scale=scale)[0]
+
+
+def _cuda_dropout(original):
+    """Dropout that saves a bool mask, as CUDA's fused kernel does (the CPU's saves a float mask)."""
+    def dropout(input, p=0.5, training=True, inplace=False):
+        if training and p > 0:
+            return torch.native_dropout(input, p, True)[0]
+        return original(input, p, training, inplace)
+    return dropout
+
+
+def _cuda_layer_norm(original):
+    """layer_norm in fp32 under autocast, as CUDA's autocast runs it (the CPU's keeps bf16)."""
+    def layer_norm(input, *args, **kwargs):
+        if torch.is_autocast_enabled("cpu"):
+            with torch.autocast("cpu", enabled=False):
+                args = [a.float() if isinstance(a, torch.Tensor) else a for a in args]
+                return original(input.float(), *args, **kwargs)
+        return original(input, *args, **kwargs)
+    return layer_norm
+
+
+@contextlib.contextmanager
+def _cuda_like_kernels(attention: str, device: str) -> Iterator[None]:
+    """Swap in the CUDA kernel choices that differ from the CPU's for one estimate (no-op for device='cpu')."""
+    functional = torch.nn.functional
+    originals = {name: getattr(functional, name) for name in ("scaled_dot_product_attention", "dropout", "layer_norm")}
+    if device == "cuda":
+        if attention == "sdpa":
+            functional.scaled_dot_product_attention = _fused_sdpa
+        functional.dropout = _cuda_dropout(originals["dropout"])
+        functional.layer_norm = _cuda_layer_norm(originals["layer_norm"])
+    try:
+        yield
+    finally:
+        for name, fn in originals.items():
+            setattr(functional, name, fn)
+
+
+ESTIMATED_OPTIMIZERS = ("adamw", "adamw8bit", "adafactor", "sgd", "none")
+
+
+@contextlib.contextmanager
+def _longformer_global_cls(config) -> Iterator[None]:
+    """Longformer's two questions about the data, answered as its classifier asks them: [CLS], and only [CLS],
+    attends globally in every row (chapter 9). FakeTensorMode cannot answer them (`.item()`, `.nonzero()`)."""
+    if config.model_type != "longformer":
+        yield
+        return
+    from torch._subclasses.fake_tensor import FakeTensor
+    from transformers.models.longformer import modeling_longformer as longformer
+
+    attention, item, own_item = longformer.LongformerSelfAttention, torch.Tensor.item, "item" in vars(torch.Tensor)
+    indices = vars(attention).get("_get_global_attn_indices")
+    if indices is None:
+        raise NotImplementedError("this transformers' Longformer has no _get_global_attn_indices: its estimate needs "
+                                  "updating (bertmem.memory.estimate._longformer_global_cls)")
+
+    def any_global(tensor):  # `is_index_global_attn.flatten().any().item()`: yes, [CLS]
+        if isinstance(tensor, FakeTensor) and tensor.dtype == torch.bool and tensor.numel() == 1:
+            return True
+        return item(tensor)
+
+    def cls_indices(is_index_global_attn):  # one global token, position 0, per row; none padded
+        rows = torch.arange(is_index_global_attn.shape[0], device=is_index_global_attn.device)
+        first = torch.zeros_like(rows)
+        return 1, (rows, first), (rows, first), (rows[:0], rows[:0])
+
+    torch.Tensor.item, attention._get_global_attn_indices = any_global, staticmethod(cls_indices)
+    try:
+        yield
+    finally:
+        attention._get_global_attn_indices = indices
+        if own_item:
+            torch.Tensor.item = item
+        else:  # inherited from torch's C base class: remove the override
+            del torch.Tensor.item
+
+
+@contextlib.contextmanager
+def _fake_step(config_or_model_id, batch_size: int, seq_len: int, attention: str, optimizer: str,
+               gradient_checkpointing: bool, attention_dropout: float | None, num_labels: int, device: str,
+               lora_r: int | None = None, freeze_layers: int = 0):
+    """A FakeTensor model, batch and optimizer for one estimated step (no memory allocated)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from transformers import AutoModelForSequenceClassification
+
+    config = copy.deepcopy(model_config(config_or_model_id, num_labels))
+    _check_sizes(batch_size, seq_len, config)
+    if attention_dropout is not None:
+        config.attention_probs_dropout_prob = attention_dropout
+    config.use_cache = False  # an encoder caches nothing; silences the checkpointing notice
+    with torch.device("meta"):
+        model = AutoModelForSequenceClassification.from_config(config, attn_implementation=attention)
+        if lora_r is not None:  # the order of train.prepare_trainable
+            apply_lora(model, lora_r)
+        if freeze_layers:
+            freeze_lower_layers(model, freeze_layers)
+    with (FakeTensorMode(allow_non_fake_inputs=True), _cuda_like_kernels(attention, device),
+          _longformer_global_cls(config)):
+        model.to_empty(device="cpu")
+        model.train()
+        if gradient_checkpointing:
+            enable_gradient_checkpointing(model)
+        ids = torch.zeros(batch_size, seq_len, dtype=torch.long)
+        batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "token_type_ids": torch.zeros_like(ids),
+                 "labels": torch.zeros(batch_size, dtype=torch.long)}
+        trainable = [p for p in model.parameters() if p.requires_grad]
+        opt = {"adamw": lambda p: torch.optim.AdamW(p, foreach=False),
+               "adafactor": lambda p: make_optimizer(p, "adafactor"),
+               "adamw8bit": _adamw8bit_stand_in,
+               "sgd": lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, foreach=False),
+               "none": lambda p: None}[optimizer](trainable)
+        yield model, batch, opt
+
+
+def _adamw8bit_stand_in(params: list[torch.Tensor]) -> torch.optim.Optimizer:
+    """An optimizer holding bitsandbytes' 8-bit AdamW state layout (its kernels have no fake-tensor version).
+
+    The state exists before the step, as in every step after the first; the update itself (lr 0) works in
+    place like bitsandbytes' block-wise kernel, so the estimate counts the state, not the kernel's scratch.
+    """
+    opt = torch.optim.SGD(params, lr=0.0, foreach=False)
+    for index, param in enumerate(params):
+        opt.state[param] = {**adamw8bit_state_like(param), **(quantization_maps(param.device) if index == 0 else {})}
+    return opt
+
+
+def tracker_step_peak(config_or_model_id, batch_size: int, seq_len: int, precision: str = "fp32",
+                      attention: str = "sdpa", gradient_checkpointing: bool = False,
+                      attention_dropout: float | None = None, device: str = "cuda") -> int:
+    """The peak of a second (steady-state) step by PyTorch's own MemTracker: an independent check (chapter 1)."""
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+
+    def step(model, batch, opt) -> None:
+        with autocast_context(precision, "cpu"):
+            loss = model(**batch).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    with _fake_step(config_or_model_id, batch_size, seq_len, attention, "adamw", gradient_checkpointing,
+                    attention_dropout, 2, device) as (model, batch, opt):
+        step(model, batch, opt)  # creates the AdamW state that every later step holds
+        tracker = MemTracker()
+        tracker.track_external(model, opt, batch)
+        with warnings.catch_warnings():  # "Module is None. Skipping POST_BW hook."
+            warnings.simplefilter("ignore")
+            with tracker:
+                step(model, batch, opt)
+        return sum(snapshot["Total"] for snapshot in tracker.get_tracker_snapshot("peak").values())
+
+
+def estimate_step_memory(config_or_model_id, batch_size: int, seq_len: int, precision: str = "fp32",
+                         attention: str = "sdpa", optimizer: str = "adamw", gradient_checkpointing: bool = False,
+                         attention_dropout: float | None = None, num_labels: int = 2,
+                         device: str = "cuda", lora_r: int | None = None, freeze_layers: int = 0) -> MemoryReport:
+    """Estimate one training step without allocating memory, under FakeTensorMode (chapter 1).
+
+    device='cuda' follows a GPU's kernel choices (fused memory-efficient attention, bool dropout masks,
+    fp32 layer norm and softmax under autocast); device='cpu' follows this machine's kernels. Chapter 8's
+    levers: `optimizer` 'adamw8bit' or 'adafactor', LoRA adapters of rank `lora_r`, `freeze_layers`.
+    """
+    if precision not in PRECISIONS:
+        raise ValueError(f"unknown precision {precision!r}: use one of {PRECISIONS}")
+    if attention not in ("eager", "sdpa"):
+        raise ValueError(f"attention must be 'eager' or 'sdpa', got {attention!r}")
+    if device not in ("cuda", "cpu"):
+        raise ValueError(f"device must be 'cuda' or 'cpu', got {device!r}")
+    if optimizer not in ESTIMATED_OPTIMIZERS:
+        raise ValueError(f"optimizer must be one of {ESTIMATED_OPTIMIZERS}, got {optimizer!r}")
+    with _fake_step(config_or_model_id, batch_size, seq_len, attention, optimizer, gradient_checkpointing,
+                    attention_dropout, num_labels, device, lora_r, freeze_layers) as (model, batch, opt):
+        report = measure_step_memory(model, batch, opt, precision)
+    report.device, report.estimated = f"{device} (estimated)", True
+    report.notes = [f"estimated under FakeTensorMode for {device}: {attention} attention"
+                    + (" (memory-efficient fused kernel)" if attention == "sdpa" and device == "cuda" else "")
+                    + f", {precision}, {optimizer}" + (", gradient checkpointing" if gradient_checkpointing else "")
+                    + (f", LoRA r={lora_r}" if lora_r else "") + (f", {freeze_layers} layers frozen" if freeze_layers
+                                                                   else ""),
+                    "excludes the CUDA context, allocator caching/fragmentation and kernel workspaces"]
+    return report
+
+
+def peak_line(config_or_model_id, seq_len: int, **kwargs) -> tuple[float, float]:
+    """The estimated step peak as fixed + per-example bytes at one length, from batches 1 and 2 (chapter 1).
+
+    The peak is linear in the batch once the moment it falls at is fixed (the same for b = 1, 2, ...).
+    """
+    one = estimate_step_memory(config_or_model_id, 1, seq_len, **kwargs).step_peak
+    two = estimate_step_memory(config_or_model_id, 2, seq_len, **kwargs).step_peak
+    return float(one - (two - one)), float(two - one)

@@ -1,0 +1,287 @@
+"""Estimate one training step on a CUDA GPU without allocating memory, under FakeTensorMode (chapter 1)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from bertmem.core.devices import empty_cache, model_device
+from bertmem.core.flags import RefusesRenamed
+from bertmem.core.units import GIB
+from bertmem.data.windows import check_window, default_stride, window_count
+from bertmem.loop.precision import PRECISIONS
+from bertmem.memory.cards import CARD_MEMORY, CUDA_CONTEXT_BYTES, DEFAULT_CARD
+from bertmem.memory.estimate import estimate_step_memory
+from bertmem.memory.measure import measure_step_memory
+from bertmem.model.adapters import LORA_RANK
+from bertmem.model.loading import enable_gradient_checkpointing
+
+
+def estimated_rows(model: str = "bert-base-uncased", seq_len: int = 512, effective_batch: int = 32,
+                   accumulation_steps: int = 4, half: str = "bf16") -> list[dict[str, Any]]:
+    """The variants for a CUDA GPU, estimated with FakeTensorMode (no GPU needed), with 16/24 GB fits (chapter 5).
+
+    The peak is the most memory alive at one moment of a steady-state step (the timeline), not the sum of
+    weights, gradients, optimizer state and activations, which no moment of the step holds at once. `half` is
+    the 16-bit format of the mixed-precision rows: fp16 on a T4, bf16 on Ampere and newer (the same bytes).
+    """
+    if half not in ("bf16", "fp16"):
+        raise ValueError(f"half must be 'bf16' or 'fp16', got {half!r}")
+
+    micro = effective_batch // accumulation_steps
+    specs = {"fp32 baseline": (effective_batch, "eager", "fp32", False, None),
+             "accumulation ×4": (micro, "eager", "fp32", False, None),
+             "mixed precision + accumulation": (micro, "eager", half, False, None),
+             "full recipe": (micro, "sdpa", half, False, None),
+             "full + gradient checkpointing": (micro, "sdpa", half, True, None),
+             "smallest footprint": (micro, "sdpa", half, True, LORA_RANK)}  # + LoRA (chapter 8)
+    rows = []
+    for variant, (batch, attention, precision, ckpt, lora_r) in specs.items():
+        r = estimate_step_memory(model, batch, seq_len, precision=precision, attention=attention,
+                                 gradient_checkpointing=ckpt, lora_r=lora_r)
+        rows.append({"variant": variant, "micro-batch": batch, "attention": attention, "precision": precision,
+                     "activations (GiB)": r.activations / GIB, "estimated peak (GiB)": r.step_peak / GIB,
+                     "peak during": r.peak_phase, "sum of categories (GiB)": r.total / GIB})
+
+    base = rows[0]["estimated peak (GiB)"]
+    needs = PlanRequest()  # what the planner adds: allocator margin and CUDA context
+    for row in rows:
+        row["peak ratio"] = row["estimated peak (GiB)"] / base
+        for card, name in ((16, "t4"), (24, "l4")):  # the memory a T4 and an L4 report
+            needed = needs.needed_bytes(int(row["estimated peak (GiB)"] * GIB))
+            row[f"fits {card} GB"] = "yes" if needed <= CARD_MEMORY[name] else "no"
+    return rows
+ALLOCATOR_MARGIN = 0.115  # fraction of the estimated peak (published.fit_margin on the fit rows)
+OPTIMIZERS = ("adamw", "adamw8bit", "adafactor", "sgd", "none")
+
+
+@dataclass(frozen=True)
+class PlanRequest(RefusesRenamed):
+    """What to plan for: model, tokens, precision, memory budget and the effective batch (chapter 5)."""
+
+    model_id: str = field(default="bert-base-uncased", metadata={
+        "help": "known BERT id, Hub id or local model folder", "flag": "--model"})
+    max_length: int = field(default=512, metadata={"help": "tokens per example"})
+    precision: str = field(default="fp16", metadata={"help": "autocast precision", "choices": PRECISIONS})
+    memory_bytes: int = field(default=CARD_MEMORY[DEFAULT_CARD], metadata={  # the command line reads text
+        "help": "device memory: 15GiB, 16GB, a card (t4, l4, a100); 'auto' reads this machine's CUDA device's "
+                "free memory (a T4 where there is none)",
+        "flag": "--memory", "parse": str, "cli_default": DEFAULT_CARD})
+    effective_batch: int = field(default=32, metadata={"help": "examples per optimizer step"})
+    attention: str = field(default="sdpa", metadata={"help": "attention kernel", "choices": ("sdpa", "eager")})
+    gradient_checkpointing: bool = field(default=False, metadata={"help": "recompute activations in backward"})
+    optimizer: str = field(default="adamw", metadata={"help": "optimizer state to hold", "choices": OPTIMIZERS})
+    cuda_context_bytes: int = field(default=CUDA_CONTEXT_BYTES, metadata={
+        "help": "memory the CUDA context takes outside PyTorch's tensors (a published measurement; measure yours)",
+        "flag": "--cuda-context", "parse": str, "cli_default": f"{CUDA_CONTEXT_BYTES // 2**20}MiB"})
+    allocator_margin: float = field(default=ALLOCATOR_MARGIN, metadata={
+        "help": "extra fraction of the peak for allocator rounding and fragmentation (fitted to published runs)"})
+    lora_r: int | None = field(default=None, metadata={"help": "LoRA rank: train adapters, not the encoder"})
+    freeze_layers: int = field(default=0, metadata={"help": "frozen embeddings + bottom encoder layers"})
+    window: int | None = field(default=None, metadata={
+        "help": "read longer texts as overlapping windows of this many tokens (chapter 9); the micro-batch counts "
+                "documents"})
+    stride: int | None = field(default=None, metadata={
+        "help": "tokens of text between window starts (default: three quarters of a window)"})
+    kernels: str = field(default="cuda", metadata={  # whose kernel choices the estimate follows
+        "help": "whose kernel choices to estimate: a GPU's or this CPU's", "choices": ("cuda", "cpu")})
+    RENAMED = {"model": "model_id"}
+
+
+    def __post_init__(self) -> None:
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
+        if self.attention not in ("eager", "sdpa"):
+            raise ValueError(f"attention must be 'eager' or 'sdpa', got {self.attention!r}")
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}")
+        if self.kernels not in ("cuda", "cpu"):
+            raise ValueError(f"kernels must be 'cuda' or 'cpu', got {self.kernels!r}")
+        if self.max_length < 8 or self.effective_batch < 1 or self.memory_bytes <= 0:
+            raise ValueError("max_length must be >= 8, effective_batch >= 1 and memory > 0; got "
+                             f"{self.max_length}, {self.effective_batch}, {self.memory_bytes}")
+
+        check_window(self.window, self.stride, self.max_length)
+        if not 0 <= self.allocator_margin < 1 or self.cuda_context_bytes < 0:
+            raise ValueError("allocator_margin must be in [0, 1) and cuda_context_bytes >= 0")
+
+    def needed_bytes(self, tensor_peak: int) -> int:
+        """Device memory a step needs: its tensors at the peak, the allocator margin, the CUDA context."""
+        return int(tensor_peak * (1 + self.allocator_margin)) + self.cuda_context_bytes
+
+
+@dataclass
+class Plan:
+    """The planner's answer: micro-batch, accumulation steps, and the estimated peak split by category."""
+
+    micro_batch: int
+    accumulation_steps: int
+    largest_fitting_batch: int
+    estimated_peak_bytes: int  # tensors at the peak + CUDA context + allocator margin
+    memory_bytes: int
+    peak_phase: str
+    breakdown: dict[str, int] = field(default_factory=dict)
+    request: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        """One JSON-ready object (`bertmem plan --json`)."""
+        return asdict(self)
+
+    def describe(self) -> str:
+        """A few lines a reader can act on (`bertmem plan`)."""
+        r = self.request
+        lines = [f"{r['model_id']}, {r['max_length']} tokens, {r['precision']}, {r['attention']} attention"
+                 + (", gradient checkpointing" if r["gradient_checkpointing"] else "")
+                 + (f", windows of {r['window']} tokens" if r.get("window") else "")
+                 + f", {r['optimizer']}; budget {self.memory_bytes / GIB:.2f} GiB",
+                 f"largest micro-batch that fits: {self.largest_fitting_batch}"
+                 + (" (not searched beyond the effective batch)"
+                    if self.largest_fitting_batch >= r["effective_batch"] else ""),
+                 f"plan: micro-batch {self.micro_batch} × {self.accumulation_steps} accumulation steps "
+                 f"= effective batch {self.micro_batch * self.accumulation_steps}",
+                 f"estimated peak {self.estimated_peak_bytes / GIB:.2f} GiB (during {self.peak_phase}):"]
+        lines += [f"  {name:<34} {size / GIB:6.2f} GiB" for name, size in self.breakdown.items()]
+        return "\n".join(lines)
+
+
+def windows_per_document(request: PlanRequest) -> int:
+    """How many windows a document of max_length tokens is read as (1 without a window; chapter 9)."""
+
+    if request.window is None or request.window >= request.max_length:
+        return 1
+    return window_count(request.max_length, request.window, request.stride or default_stride(request.window))
+
+
+def estimate_for(request: PlanRequest, batch: int):
+    """The estimate of one steady-state step at micro-batch `batch` (documents: each window is a sequence)."""
+
+    windows = windows_per_document(request)
+    length = request.max_length if windows == 1 else request.window
+    return estimate_step_memory(request.model_id, batch * windows, length, precision=request.precision,
+                                attention=request.attention, optimizer=request.optimizer,
+                                gradient_checkpointing=request.gradient_checkpointing, device=request.kernels,
+                                lora_r=request.lora_r, freeze_layers=request.freeze_layers)
+
+
+def plan_micro_batch(request: PlanRequest, max_batch: int = 1024) -> Plan:
+    """The largest micro-batch whose estimated peak fits, and the accumulation for the effective batch (ch. 5).
+
+    The peak grows linearly with the micro-batch once its moment is fixed, so two estimates give a first guess
+    that a few more estimates confirm; the micro-batch used divides the effective batch exactly.
+    """
+    cache: dict[int, Any] = {}
+
+    def report(batch: int):
+        if batch not in cache:
+            cache[batch] = estimate_for(request, batch)
+        return cache[batch]
+
+    def fits(batch: int) -> bool:
+        return request.needed_bytes(report(batch).step_peak) <= request.memory_bytes
+
+    if not fits(1):
+        minimum = request.needed_bytes(report(1).step_peak)
+        raise ValueError(f"{request.model_id} at {request.max_length} tokens needs at least {minimum / GIB:.2f} GiB "
+                         f"for one example ({request.precision}, {request.optimizer}), but the budget is "
+                         f"{request.memory_bytes / GIB:.2f} GiB: use a card with more memory, fewer tokens, "
+                         "gradient checkpointing or a smaller optimizer state")
+    slope = max(1, report(2).step_peak - report(1).step_peak)
+    usable = (request.memory_bytes - request.cuda_context_bytes) / (1 + request.allocator_margin)
+    guess = 1 + int((usable - report(1).step_peak) // slope)
+    cap = min(max_batch, max(request.effective_batch, 2))  # a larger micro-batch would not be used
+    low, high = 1, cap + 1  # fits(low) holds; fits(high) does not (or high is past the cap)
+    guess = min(max(guess, 1), cap)
+    if fits(guess):
+        low = guess
+    else:
+        high = guess
+    if low + 1 < high and low == guess and not fits(low + 1):  # the linear guess was exact
+        high = low + 1
+    while low + 1 < high:  # bisect what is left (the guess is off when the peak changes its moment)
+        middle = (low + high) // 2
+        low, high = (middle, high) if fits(middle) else (low, middle)
+    largest = low
+    micro = max(d for d in range(1, min(largest, request.effective_batch) + 1) if request.effective_batch % d == 0)
+    chosen = report(micro)
+    tensor_peak = chosen.step_peak
+    at = chosen.peak_breakdown
+    breakdown = {"weights": at.get("weights", 0), "gradients": at.get("gradients", 0),
+                 "optimizer state": at.get("optimizer state", 0),
+                 "activations and temporaries": at.get("saved activations", 0) + at.get("temporaries", 0),
+                 f"allocator margin ({request.allocator_margin:.0%})": int(tensor_peak * request.allocator_margin),
+                 "CUDA context": request.cuda_context_bytes}
+    return Plan(micro_batch=micro, accumulation_steps=request.effective_batch // micro,
+                largest_fitting_batch=largest, estimated_peak_bytes=request.needed_bytes(tensor_peak),
+                memory_bytes=request.memory_bytes, peak_phase=chosen.peak_phase, breakdown=breakdown,
+                request=asdict(request))
+
+
+def planner_vs_measured(config_or_model_id, model, batch_size: int, seq_len: int, precision: str = "fp32",
+                        attention: str = "sdpa", gradient_checkpointing: bool = False) -> dict[str, Any]:
+    """The planner's estimate against one real CPU step of `model` (same shapes): a validation row (chapter 5).
+
+    `model` must be built with the same attention implementation; its step runs on this machine's CPU, so the
+    estimate follows the CPU's kernel choices.
+    """
+    import torch
+
+
+    estimate = estimate_step_memory(config_or_model_id, batch_size, seq_len, precision=precision,
+                                    attention=attention, gradient_checkpointing=gradient_checkpointing, device="cpu")
+    model.train()
+    if gradient_checkpointing:
+        enable_gradient_checkpointing(model)
+    generator = torch.Generator().manual_seed(0)
+    vocab = model.config.vocab_size
+    ids = torch.randint(5, vocab, (batch_size, seq_len), generator=generator)
+    # A padded row, as in real batches: with an all-ones mask transformers skips building the attention
+    # mask (a data-dependent shortcut the planner, which cannot see values, never takes).
+    mask = torch.ones_like(ids)
+    mask[0, seq_len // 2:] = 0
+    batch = {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids),
+             "labels": torch.randint(0, model.config.num_labels, (batch_size,), generator=generator)}
+    measured = measure_step_memory(model, batch, torch.optim.AdamW(model.parameters(), foreach=False), precision)
+    return {"batch × seq": f"{batch_size} × {seq_len}", "precision": precision, "attention": attention,
+            "checkpointing": "yes" if gradient_checkpointing else "no",
+            "activations, planner (MiB)": estimate.activations / 2**20,
+            "activations, measured (MiB)": measured.activations / 2**20,
+            "peak, planner (MiB)": estimate.step_peak / 2**20, "peak, measured (MiB)": measured.step_peak / 2**20,
+            "activation error": estimate.activations / measured.activations - 1,
+            "peak error": estimate.step_peak / measured.step_peak - 1}
+
+
+@dataclass(frozen=True)
+class StepAttempt:
+    """What one real training step did on its device: it fit (with its peak), or ran out of memory (chapter 1)."""
+
+    fits: bool
+    peak_bytes: int | None  # the device's peak (CUDA); None where torch does not track one
+    error: str | None = None
+
+    def describe(self) -> str:
+        """One line for the page."""
+        if self.fits:
+            peak = "" if self.peak_bytes is None else f", peak {self.peak_bytes / GIB:.2f} GiB"
+            return f"the step fits{peak}"
+        return f"out of memory: {self.error}"
+
+
+def attempt_training_step(model, batch: dict, precision: str = "fp32") -> StepAttempt:
+    """One AdamW step on the model's device; an out-of-memory error becomes an answer, not a crash (chapter 1)."""
+    import torch
+
+
+    device = model_device(model)
+    try:
+        report = measure_step_memory(model, batch, torch.optim.AdamW(model.parameters()), precision=precision)
+        return StepAttempt(True, report.peak)
+    except (torch.OutOfMemoryError, RuntimeError) as err:  # the allocator's own message: what it tried, what was free
+        text = str(err).strip()
+        if not isinstance(err, torch.OutOfMemoryError) and not any(
+                sign in text for sign in ("out of memory", "CUBLAS_STATUS_ALLOC_FAILED")):
+            raise  # a real error, not the card running out (cuBLAS reports that as a RuntimeError)
+        message = text.splitlines()[0] if text else "out of memory"
+        return StepAttempt(False, None, message.split(" Including non-PyTorch")[0][:200])
+    finally:
+        model.zero_grad(set_to_none=True)  # the failed step's gradients would stay alive otherwise
+        empty_cache(device)

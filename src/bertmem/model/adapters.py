@@ -1,0 +1,119 @@
+"""Below 16 bytes per parameter: LoRA, 8-bit and factored optimizer state, frozen layers (chapter 8).
+
+fp32 weights, gradients and AdamW's two moments cost 4 + 4 + 8 = 16 bytes per parameter. Each lever here
+changes one term: freezing and LoRA train fewer parameters (no gradient, no optimizer state for the rest),
+8-bit AdamW stores its moments in one byte each (plus a scale per block), Adafactor keeps a factored second
+moment (one row and one column per matrix) and no first moment."""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from torch import nn
+
+from bertmem.core.runtime import quiet_bitsandbytes_notice
+from bertmem.model.loading import find_encoder_layers
+
+# The attention projections LoRA adapts in each BERT-family architecture, by the names its modules use
+# (Hu et al. 2021 adapt the query and value projections).
+LORA_TARGETS = ({"query", "value"}, {"q_lin", "v_lin"}, {"query_proj", "value_proj"})
+LORA_RANK = 8  # the book's default rank, as in Hu et al. (2022)'s RoBERTa experiments
+# Adapters start at zero and move the model only through a low-rank product, so they take larger steps than
+# full fine-tuning: Hu et al. (2022) train RoBERTa-base's adapters at 4e-4 to 5e-4, where Devlin et al.
+# (2019) fine-tune all of BERT at 2e-5 to 5e-5. The bench and chapter 8 use ten times the recipe's rate.
+LORA_LR_FACTOR = 10
+
+
+def freeze_lower_layers(model: nn.Module, layers: int) -> int:
+    """Freeze the embeddings and the bottom `layers` encoder layers; return the parameters frozen (ch. 8)."""
+    _, blocks = find_encoder_layers(model)
+    if not 0 <= layers <= len(blocks):
+        raise ValueError(f"freeze_layers must be in [0, {len(blocks)}] for this {len(blocks)}-layer encoder, "
+                         f"got {layers}")
+    if layers == 0:
+        return 0
+    frozen = [p for block in list(blocks)[:layers] for p in block.parameters()]
+    embeddings = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    owner = _embeddings_module(model, embeddings)
+    frozen += list(owner.parameters()) if owner is not None else []
+    for param in frozen:
+        param.requires_grad_(False)
+    return sum(p.numel() for p in {id(p): p for p in frozen}.values())
+
+
+def _embeddings_module(model: nn.Module, word_embeddings: nn.Module | None) -> nn.Module | None:
+    """The module holding the word, position and type embeddings (and their LayerNorm)."""
+    for name, module in model.named_modules():
+        if name.endswith("embeddings") and any(m is word_embeddings for m in module.modules()):
+            return module
+    return word_embeddings
+
+
+def lora_target_modules(model: nn.Module) -> list[str]:
+    """The module names LoRA adapts in this encoder: its query and value projections (chapter 8)."""
+    names = {name.rsplit(".", 1)[-1] for name, module in model.named_modules() if isinstance(module, nn.Linear)}
+    for targets in LORA_TARGETS:
+        if targets <= names:
+            return sorted(targets)
+    raise ValueError(f"no query/value projections found among {sorted(names)[:12]}: pass target_modules "
+                     "naming the attention projections of this architecture")
+
+
+def is_head(model: nn.Module, name: str) -> bool:
+    """True for a parameter of the classification head: outside the encoder, or its pooler (chapter 8)."""
+    encoder = getattr(model, "base_model_prefix", "") + "."
+    return not name.startswith(encoder) or name.startswith(encoder + "pooler.")
+
+
+def apply_lora(model: nn.Module, r: int = 8, alpha: int | None = None, dropout: float = 0.1,
+               target_modules: Iterable[str] | None = None) -> int:
+    """Add LoRA adapters in place; train only them and the head; return the trainable parameters (ch. 8).
+
+    The head is everything outside the pretrained encoder (`base_model_prefix`): BERT's classifier,
+    DistilBERT's pre-classifier and classifier, DeBERTa's pooler and classifier; and BERT's pooler, which
+    sits inside the encoder but feeds only the classifier: a checkpoint trained without it (the CPU
+    profile's sentence-transformers MiniLM) has an untrained one. The model stays a transformers model (peft's
+    `inject_adapter_in_model`), so the loop, evaluation and predictions see no difference; `merge_lora`
+    folds the adapters back for saving.
+    """
+    quiet_bitsandbytes_notice()  # peft imports bitsandbytes
+    from peft import LoraConfig, inject_adapter_in_model
+
+    if not isinstance(r, int) or r < 1:
+        raise ValueError(f"lora_r must be an int >= 1, got {r!r}")
+    config = LoraConfig(r=r, lora_alpha=alpha if alpha is not None else 2 * r, lora_dropout=dropout,
+                        target_modules=list(target_modules or lora_target_modules(model)), bias="none")
+    training = model.training
+    inject_adapter_in_model(config, model)
+    model.train(training)  # new modules start in training mode: LoRA's dropout must follow the model's mode
+    for name, param in model.named_parameters():  # the head must learn: the adapters alone cannot
+        param.requires_grad_("lora_" in name or is_head(model, name))
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+def has_lora(model: nn.Module) -> bool:
+    """True when LoRA adapters were added to the model."""
+    return any("lora_" in name for name, _ in model.named_parameters())
+
+
+def merge_lora(model: nn.Module) -> nn.Module:
+    """Fold every LoRA adapter into its base weight and drop the adapter modules, in place (chapter 8).
+
+    The result is a plain transformers model: `save_pretrained` writes a folder that loads without peft.
+    """
+    quiet_bitsandbytes_notice()
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    layers = [(name, module) for name, module in model.named_modules() if isinstance(module, BaseTunerLayer)]
+    for name, module in layers:
+        module.merge()
+        parent_name, _, child = name.rpartition(".")
+        parent = model.get_submodule(parent_name) if parent_name else model
+        setattr(parent, child, module.get_base_layer())
+    return model
+
+
+def trainable_share(model: nn.Module) -> float:
+    """Trainable parameters over all parameters (chapter 8)."""
+    params = list(model.parameters())
+    return sum(p.numel() for p in params if p.requires_grad) / sum(p.numel() for p in params)
