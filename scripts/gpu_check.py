@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         r = records[-1]
         print(f"{r['notebook']}: {r['wall_time_s']:.0f} s{' — ' + r['error'] if r['error'] else ''}", flush=True)
     gpu = "dry-run" if args.dry_run else torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
-    result = {"gpu": gpu, "profile": profile.describe(), "planner": planner_estimate(profile), "chapters": records}
+    result = {"gpu": gpu, "profile": profile.defaults_line(), "planner": planner_estimate(profile), "chapters": records}
     folder = Path(args.output)
     folder.mkdir(parents=True, exist_ok=True)
     stem = re.sub(r"[^A-Za-z0-9._-]+", "-", gpu).strip("-")

@@ -191,3 +191,59 @@ def test_chapter_seven_shows_each_config_file_exactly_as_the_repository_ships_it
     for path in configs:
         language = "yaml" if path.suffix == ".yaml" else "json"
         assert f"```{language}\n{path.read_text(encoding='utf-8').rstrip()}\n```" in page, path.name
+
+
+PLOTTING = re.compile(r"plt\.(?:subplots|figure|show)\(|\bplot_\w+\(")
+
+
+def code_cells():
+    """(notebook, index, cell) for every code cell of every chapter."""
+    for path in sorted(BOOK.glob("*.ipynb")):
+        for index, cell in enumerate(json.loads(path.read_text(encoding="utf-8"))["cells"]):
+            if cell["cell_type"] == "code":
+                yield path.name, index, cell
+
+
+def test_run_all_finishes_no_cell_raises_or_is_allowed_to():
+    # Colab's Run all stops at the first cell that raises: an intended error is caught and printed instead
+    tagged = [(nb, i) for nb, i, cell in code_cells() if "raises-exception" in cell["metadata"].get("tags", [])]
+    errors = [(nb, i) for nb, i, cell in code_cells()
+              if any(o["output_type"] == "error" for o in cell.get("outputs", []))]
+    assert tagged == [] and errors == []
+
+
+def test_every_plotting_cell_keeps_its_figure():
+    plotting = [(nb, i, cell) for nb, i, cell in code_cells() if PLOTTING.search("".join(cell["source"]))]
+    assert len(plotting) >= 10
+    missing = [(nb, i) for nb, i, cell in plotting
+               if not any("image/png" in o.get("data", {}) for o in cell.get("outputs", []))]
+    assert missing == [], f"plotting cells without a figure (executed under MPLBACKEND=Agg?): {missing}"
+
+
+def test_the_plotting_check_recognises_plots():
+    assert PLOTTING.search("fig, ax = plt.subplots(1, 2)") and PLOTTING.search("plot_token_lengths(x)")
+    assert not PLOTTING.search("print(plotted)")
+
+
+def audit_verdicts(text: str) -> tuple[list[str], dict[int, str], dict[str, list[int]]]:
+    """A2's legend, each claim's verdict, and the tally table's claims per verdict."""
+    legend = re.findall(r"\*\*([a-z ]+)\*\*", text.split("\n\n", 2)[1])
+    rows = {int(n): v.strip() for n, v in re.findall(r"^\| (\d+) \|[^\n]*?\| ([a-z ]+) \| ", text, re.M)}
+    tally = {v: [int(n) for n in re.findall(r"\d+", ids)]
+             for v, count, ids in re.findall(r"^\| ([a-z ]+) \| (\d+) \(#([\d, ]+)\) \|$", text, re.M)
+             if int(count) == len(re.findall(r"\d+", ids))}  # a miscounted line is left out, so the test fails
+    return legend, rows, tally
+
+
+def test_the_audit_tally_counts_each_claim_under_its_own_verdict():
+    legend, rows, tally = audit_verdicts((BOOK / "A2_seed_audit.md").read_text(encoding="utf-8"))
+    assert len(rows) >= 20 and set(rows.values()) <= set(legend)  # every verdict is one the legend defines
+    assert {v: sorted(n for n, w in rows.items() if w == v) for v in set(rows.values())} == \
+        {v: sorted(ids) for v, ids in tally.items()}
+
+
+def test_the_tally_check_sees_a_claim_counted_under_another_verdict():
+    text = ("# A2\n\n**Goal:** Verdicts: **holds**, **wrong**.\n\n| 1 | x | holds | y |\n| 2 | x | wrong | y |\n\n"
+            "| holds | 2 (#1, 2) |\n| wrong | 2 (#2) |\n")
+    legend, rows, tally = audit_verdicts(text)
+    assert legend == ["holds", "wrong"] and rows == {1: "holds", 2: "wrong"} and tally == {"holds": [1, 2]}

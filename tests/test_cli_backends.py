@@ -358,16 +358,17 @@ def test_bench_marks_a_variant_that_does_not_fit_and_keeps_the_rest(plain_csv):
 
 def test_every_variant_of_a_seed_starts_from_the_same_classifier_head(plain_csv, monkeypatch):
     import bertmem.experiments.bench as bench_module
+    import bertmem.experiments.compare as compare_module
     from bertmem.data.loaders import DataConfig, load_frames
 
-    heads, real = [], bench_module.build_model
+    heads, real = [], compare_module.build_model
 
     def recording(*args, **kwargs):
         model, tokenizer = real(*args, **kwargs)
         heads.append(model.classifier.weight.detach().clone())
         return model, tokenizer
 
-    monkeypatch.setattr(bench_module, "build_model", recording)
+    monkeypatch.setattr(compare_module, "build_model", recording)  # every arm's model comes from fit_arm
     bench = BenchConfig(model_id="tiny-bert", dataset=str(plain_csv), train_size=16, eval_size=8, max_length=16,
                         effective_batch=8, learning_rate=1e-3, progress=False, seeds=(0,))
     frames = load_frames(DataConfig(dataset=str(plain_csv), train_size=16, eval_size=8, max_length=16))
@@ -389,3 +390,60 @@ def test_a_bench_longer_than_a_chapter_says_so_before_it_starts():
     small = dataclasses.replace(full, train_size=64, eval_size=32, max_length=128, seeds=(0,))
     assert long_run_warning(small, "Tesla T4") is None
     assert "a Colab T4" in long_run_warning(full, None)
+
+
+def test_the_bench_trains_every_variant_with_the_loop_it_is_given(plain_csv):
+    # chapter 5 passes the `train` its cell shows: an edit there must reach the table
+    from bertmem.loop.combined import train
+
+    calls = []
+
+    def recording(model, loader, config, eval_loader=None, *, run=None):
+        calls.append((config.accumulation_steps, config.precision))
+        return train(model, loader, config, eval_loader, run=run)
+
+    bench = BenchConfig(model_id="tiny-bert", dataset=str(plain_csv), train_size=24, eval_size=8, max_length=16,
+                        effective_batch=8, progress=False, variants=("fp32 baseline", "accumulation ×4"))
+    rows = run_bench(bench, loop=recording)["rows"]
+    assert calls == [(1, "fp32"), (4, "fp32")] and [r["variant"] for r in rows] == list(bench.variants)
+
+
+def test_an_experiment_reads_its_rows_through_the_prepare_it_is_given(plain_csv):
+    # chapter A1 passes the `prepare_frame` its cell shows: an edit there must reach the run
+    from bertmem.data.frames import prepare_frame
+    from bertmem.data.loaders import DataConfig
+    from bertmem.experiments.run import run_experiment
+
+    calls = []
+
+    def shouting(raw, text_column="text", label_column="label", label_names=None):
+        calls.append(len(raw))
+        frame = prepare_frame(raw, text_column, label_column, label_names)
+        frame.attrs["label_names"] = [str(name).upper() for name in frame.attrs["label_names"]]
+        return frame
+
+    data = DataConfig(dataset=str(plain_csv), train_size=16, eval_size=8, max_length=16, micro_batch=8)
+    summary = run_experiment(RunConfig(model_id="tiny-bert", progress=False), data,
+                             TrainConfig(max_steps=1), prepare=shouting)
+    plain = prepare_frame(pd.read_csv(plain_csv)).attrs["label_names"]
+    assert calls and summary["label_names"] == [str(name).upper() for name in plain] != plain
+
+
+@pytest.mark.parametrize("clipping, max_grad_norm, refused", [
+    (1.0, 1.0, False), (0, None, False), ("auto", 1.0, True), (1.0, 0.5, True), (1.0, None, True)])
+def test_a_deepspeed_run_refuses_a_clipping_deepspeed_would_not_apply(clipping, max_grad_norm, refused):
+    # DeepSpeed clips with its own config's value and Accelerate fills "auto" with 1.0: --max-grad-norm never
+    # reaches it, so a mismatch is an error before anything trains
+    import types
+
+    from bertmem.loop.accelerate_loop import check_deepspeed_clipping
+
+    plugin = types.SimpleNamespace(deepspeed_config={"gradient_clipping": clipping})
+    accelerator = types.SimpleNamespace(state=types.SimpleNamespace(deepspeed_plugin=plugin))
+    config = TrainConfig(max_grad_norm=max_grad_norm)
+    if refused:
+        with pytest.raises(ValueError, match="set gradient_clipping in the DeepSpeed config"):
+            check_deepspeed_clipping(accelerator, config)
+    else:
+        check_deepspeed_clipping(accelerator, config)
+    check_deepspeed_clipping(types.SimpleNamespace(state=types.SimpleNamespace()), config)  # no DeepSpeed

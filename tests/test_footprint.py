@@ -173,6 +173,35 @@ def test_levers_side_by_side_on_a_tiny_model(tmp_path, synthetic_frame):
     assert "accuracy Δ vs noise" in by_lever["LoRA r=8"] and "accuracy Δ vs noise" not in by_lever[FULL]
 
 
+def test_the_levers_run_with_the_functions_a_chapter_passes(tmp_path, synthetic_frame):
+    # chapter 8 passes the apply_lora, freeze_lower_layers and make_optimizer its cells show: an edit there must
+    # reach the memory measurement and every training run
+    from bertmem.data.loaders import DataConfig
+    from bertmem.experiments.levers import FULL, lever_recipes, run_levers
+    from bertmem.loop.combined import Levers
+    from bertmem.model.adapters import apply_lora, freeze_lower_layers
+
+    calls = []
+
+    def recorded(name, function):
+        def wrapper(*args, **kwargs):
+            calls.append(name)
+            return function(*args, **kwargs)
+        return wrapper
+
+    levers = Levers(recorded("lora", apply_lora), recorded("freeze", freeze_lower_layers),
+                    recorded("optimizer", make_optimizer))
+    path = tmp_path / "reviews.csv"
+    synthetic_frame.to_csv(path, index=False)
+    recipes = lever_recipes(TrainConfig(learning_rate=1e-3, max_steps=1), num_layers=2)
+    chosen = {k: recipes[k] for k in (FULL, "LoRA r=8", "frozen lower 1 of 2 layers")}
+    data = DataConfig(dataset=str(path), train_size=16, eval_size=8, max_length=16, micro_batch=8)
+    rows = run_levers(RunConfig(model_id="tiny-bert", device="cpu"), data, chosen, seeds=(0,), levers=levers)
+    # each lever: once for its memory, once for its run; every optimizer comes from the passed function
+    assert calls.count("lora") == 2 and calls.count("freeze") == 2 and calls.count("optimizer") == 6
+    assert [r["lever"] for r in rows] == list(chosen)
+
+
 def test_lora_with_frozen_layers_freezes_their_adapters_too_and_trains_the_pooler_with_the_head():
     from bertmem.loop.combined import prepare_trainable
 

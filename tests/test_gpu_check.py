@@ -47,7 +47,7 @@ def test_gpu_check_records_each_chapter_and_its_errors(tmp_path):
 @pytest.mark.slow
 def test_dry_run_executes_under_the_shrunken_gpu_profile_on_the_cpu(tmp_path):
     probe = notebook(tmp_path / "probe.ipynb",
-                     "from bertmem.core.runtime import get_profile\np = get_profile()\n"
+                     "from bertmem.profiles import get_profile\np = get_profile()\n"
                      "assert (p.name, p.device, p.train_size, p.max_length) == ('gpu', 'cpu', 16, 64), p",
                      "from IPython.display import display\nraise RuntimeError('\\x1b[31mcoloured\\x1b[0m failure')")
     done = subprocess.run([sys.executable, str(SCRIPT), "--dry-run", "--output", str(tmp_path / "out"), str(probe)],

@@ -18,7 +18,7 @@ def test_gpu_profile_is_t4_sized_and_full_profile_is_the_whole_dataset():
     assert gpu.train_size is not None and gpu.train_size <= 5000 and gpu.epochs == 1
     assert (full.model_id, full.max_length, full.train_size, full.eval_size, full.epochs) == (
         "bert-base-uncased", 512, None, None, 2)
-    assert "effective_batch=32" in full.describe()
+    assert "effective_batch=32" in full.defaults_line() and "dataset" not in full.describe()
 
 
 def test_environment_overrides_each_field():
@@ -64,7 +64,7 @@ def test_get_profile_imports_tqdm_auto_without_the_ipywidgets_warning():
     from nbclient import NotebookClient
 
     notebook = nbformat.v4.new_notebook(cells=[
-        nbformat.v4.new_code_cell("from bertmem.core.runtime import get_profile\nprofile = get_profile('cpu', env={})"),
+        nbformat.v4.new_code_cell("from bertmem.profiles import get_profile\nprofile = get_profile('cpu', env={})"),
         nbformat.v4.new_code_cell("import tqdm.auto\nimport transformers.utils.logging")])
     NotebookClient(notebook, timeout=120, kernel_name="python3").execute()
     printed = "".join(o.get("text", "") for cell in notebook.cells for o in cell.outputs)

@@ -8,6 +8,7 @@ something for its page alone.
 
 import ast
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -110,3 +111,24 @@ def test_the_drift_check_fails_when_one_line_changes_in_the_package_only():
     edited = ast.parse(ast.unparse(home).replace("loss.backward()", "(2 * loss).backward()", 1)).body[0]
     assert ast.unparse(edited) != ast.unparse(home)
     assert not same_source(node, edited)
+
+
+def page_only_cells() -> list[tuple[str, int, list[str], str]]:
+    """(notebook, cell index, names defined, the cell's text with the markdown before it) per page-only cell."""
+    found = []
+    for path in sorted(BOOK.glob("*.ipynb")):
+        cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+        for index, cell in enumerate(cells):
+            if cell["cell_type"] == "code" and "page-only" in cell["metadata"].get("tags", []):
+                names = [node.name for node in outer_definitions(ast.parse(cell_python("".join(cell["source"]))))]
+                before = "".join(cells[index - 1]["source"]) if cells[index - 1]["cell_type"] == "markdown" else ""
+                found.append((path.name, index, names, before + "".join(cell["source"])))
+    return found
+
+
+def test_at_most_two_definitions_are_page_only_and_each_page_says_so():
+    cells = page_only_cells()
+    names = [name for _, _, defined, _ in cells for name in defined]
+    assert len(names) <= 2, f"page-only definitions: {names} (at most two: the runs use what a chapter shows)"
+    for notebook, index, defined, text in cells:
+        assert re.search(r"page only", text), f"{notebook} cell {index}: say on the page that {defined} is not run"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import http.server
+import json
 import os
 import shutil
 import subprocess
@@ -136,6 +137,15 @@ def test_every_page_loads_renders_math_images_and_links(site, base_url, browser)
         broken = browser.execute_script(
             "return Array.from(document.images).filter(i => !i.complete || i.naturalWidth === 0).map(i => i.src)")
         problems += [f"{page}: image did not load: {src}" for src in broken]
+        notebook = ROOT / page.replace(".html", ".ipynb")
+        if notebook.exists():  # every figure the committed notebook holds is on its page, loaded
+            expected = sum("image/png" in o.get("data", {}) for c in json.loads(notebook.read_text())["cells"]
+                           for o in c.get("outputs", []))
+            shown = browser.execute_script(
+                "return Array.from(document.querySelectorAll('.cell_output img'))"
+                ".filter(i => i.complete && i.naturalWidth > 0).length")
+            if shown < expected:
+                problems.append(f"{page}: {shown} of the notebook's {expected} figures shown")
         hrefs = browser.execute_script("return Array.from(document.querySelectorAll('a[href]')).map(a => a.href)")
         for href in hrefs:
             url = urlparse(href)

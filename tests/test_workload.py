@@ -176,3 +176,31 @@ def test_measured_minutes_reads_execution_timestamps(tmp_path):
     assert measured_minutes(path) == 2.5
     path.write_text(json.dumps({"cells": []}))
     assert measured_minutes(path) is None
+
+
+@pytest.mark.parametrize("profile_name", ["cpu", "gpu", "full"])
+@pytest.mark.parametrize("chosen", ["sst2", "my_reviews.csv"])
+def test_a_chosen_dataset_reaches_every_chapter_but_the_long_text_runs(profile_name, chosen):
+    from bertmem.book.chapters import _SIZES, CHAPTER_RUNS, LONG_TEXT_RUNS, data_line
+
+    profile = get_profile(profile_name, env={"BERTMEM_DATASET": chosen})
+    for key in ["00", *_SIZES[profile_name]]:
+        expected = "imdb" if key in LONG_TEXT_RUNS else chosen
+        assert chapter_settings(key, profile).data.dataset == expected, key
+    for chapter in ["00", "01", "02", "03", "04", "05", "06", "07", "08", "09"]:
+        line = data_line(chapter, profile)
+        runs = CHAPTER_RUNS.get(chapter, ("a few examples",))
+        long_runs = [key for key in runs if key in LONG_TEXT_RUNS]
+        assert (chosen in line) == (len(long_runs) < len(runs)), (chapter, line)
+        assert ("BERTMEM_LONG_DATASET" in line) == bool(long_runs), chapter  # the reason and how to change it
+    assert chosen in data_line("06", profile) and "imdb" in data_line("06", profile)
+    longer = get_profile(profile_name, env={"BERTMEM_DATASET": chosen, "BERTMEM_LONG_DATASET": "long.csv"})
+    assert chapter_settings("09", longer).data.dataset == "long.csv"
+    assert chapter_settings("06-truncation", longer).data.dataset == "long.csv"
+
+
+def test_without_a_choice_each_chapter_reads_its_own_default():
+    profile = get_profile("cpu", env={})
+    assert chapter_settings("08", profile).data.dataset == "rotten_tomatoes"  # short sentences keep 9 runs quick
+    assert chapter_settings("00", profile).data.dataset == profile.dataset == "imdb"
+    assert "dataset=" not in profile.describe() and "imdb, 1000 train" in setup_line("00", profile)

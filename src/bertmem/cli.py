@@ -7,6 +7,7 @@ import json
 import sys
 
 from bertmem.core.flags import add_config_flags, config_from_flags
+from bertmem.core.units import GIB
 from bertmem.memory.planner import PlanRequest
 from bertmem.profiles import get_profile
 
@@ -54,7 +55,7 @@ def plan_main(args: argparse.Namespace) -> dict:
         if memory is None:  # no GPU here: answer for the card most readers have
             memory = CARD_MEMORY[DEFAULT_CARD]
             print(f"no CUDA GPU on this machine: planning for a {DEFAULT_CARD.upper()} "
-                  f"({memory / 2**30:.0f} GiB; --memory sets another budget or card)", file=sys.stderr)
+                  f"({memory / GIB:.0f} GiB; --memory sets another budget or card)", file=sys.stderr)
         else:
             context = 0  # free memory is measured after this process made its CUDA context
     else:

@@ -11,8 +11,7 @@ import os
 from dataclasses import dataclass
 from typing import Mapping
 
-import torch
-
+from bertmem.core.devices import cuda_available
 from bertmem.core.runtime import quiet_bitsandbytes_notice, quiet_progress_import
 from bertmem.data.loaders import DataConfig, check_subset_sizes, parse_size
 from bertmem.experiments.bench import BenchConfig
@@ -38,6 +37,9 @@ class Profile:
     device: str
     effective_batch: int = 16  # examples per optimizer step where a chapter accumulates (chapters 2 and 5)
     long_model_id: str | None = None  # an encoder pretrained on long input that chapter 9 fine-tunes; None: none
+    # the dataset of the chapters whose point needs texts longer than their token limit (chapters 6 and 9)
+    long_dataset: str = "imdb"
+    overridden: frozenset[str] = frozenset()  # the fields an environment variable set (BERTMEM_DATASET, …)
 
     def __post_init__(self) -> None:
         if self.name not in PROFILES:
@@ -50,7 +52,14 @@ class Profile:
             raise ValueError(f"learning_rate must be > 0, got {self.learning_rate}")
 
     def describe(self) -> str:
-        """One line a notebook prints so the reader sees what ran (all chapters)."""
+        """The machine-level line a setup cell prints: profile, device, model (all chapters).
+
+        What a chapter reads (dataset, sizes, batch) is its own: `bertmem.book.setup_line` prints it."""
+        chosen = f" (set by the environment: {', '.join(sorted(self.overridden))})" if self.overridden else ""
+        return f"profile={self.name} device={self.device} model={self.model_id}{chosen}"
+
+    def defaults_line(self) -> str:
+        """Every default of the profile on one line: what `bertmem train|bench` start from (chapter 0)."""
         sizes = f"train={self.train_size or 'all'}, eval={self.eval_size or 'all'}"
         return (f"profile={self.name} device={self.device} model={self.model_id} dataset={self.dataset} "
                 f"({sizes}) max_length={self.max_length} micro_batch={self.micro_batch} "
@@ -110,7 +119,7 @@ _DEFAULTS = {"gpu": GPU_DEFAULTS, "cpu": CPU_DEFAULTS, "full": FULL_DEFAULTS}
 
 RENAMED_ENV = {ENV_PREFIX + "BATCH_SIZE": ENV_PREFIX + "MICRO_BATCH"}  # one name per idea (micro_batch)
 _CASTS = {"max_length": int, "micro_batch": int, "epochs": int, "learning_rate": float, "effective_batch": int,
-          "model_id": str, "dataset": str, "device": str, "long_model_id": str}
+          "model_id": str, "dataset": str, "device": str, "long_model_id": str, "long_dataset": str}
 
 
 def get_profile(name: str | None = None, env: Mapping[str, str] | None = None) -> Profile:
@@ -118,20 +127,22 @@ def get_profile(name: str | None = None, env: Mapping[str, str] | None = None) -
     env = os.environ if env is None else env
     quiet_progress_import()  # before transformers imports tqdm.auto and warns with this machine's paths
     quiet_bitsandbytes_notice()  # transformers and peft import bitsandbytes when it is installed
-    name = (name or env.get(ENV_PREFIX + "PROFILE") or ("gpu" if torch.cuda.is_available() else "cpu")).lower()
+    name = (name or env.get(ENV_PREFIX + "PROFILE") or ("gpu" if cuda_available() else "cpu")).lower()
     if name not in PROFILES:
         raise ValueError(f"unknown profile {name!r}: use one of {PROFILES} (or unset {ENV_PREFIX}PROFILE)")
     values = dict(_DEFAULTS[name])
     for old, new in RENAMED_ENV.items():
         if old in env:
             raise ValueError(f"{old} is now {new}: rename it in your environment")
+    overridden = set()
     for field in dataclasses.fields(Profile):
         raw = env.get(ENV_PREFIX + field.name.upper())
-        if raw is None or field.name == "name":
+        if raw is None or field.name in ("name", "overridden"):
             continue
+        overridden.add(field.name)
         try:
             sized = field.name in ("train_size", "eval_size")
             values[field.name] = parse_size(raw) if sized else _CASTS[field.name](raw)
         except ValueError as err:
             raise ValueError(f"{ENV_PREFIX}{field.name.upper()}={raw!r} is not a valid {field.name}: {err}") from None
-    return Profile(**values)
+    return Profile(**values, overridden=frozenset(overridden))

@@ -17,7 +17,7 @@ def estimated_minutes(bench: BenchConfig, card=None) -> float:
     """About how long the bench takes on a GPU (a T4 unless `card`): every variant once per seed (chapter 5).
 
     Each variant is costed in its own precision (the first two in fp32) and with its recomputation (4/3 of the
-    forward work under gradient checkpointing), as `workload.chapter_runs` costs chapter 5.
+    forward work under gradient checkpointing), as `bertmem.book.chapters.chapter_runs` costs chapter 5.
     """
 
     params, seconds = parameter_count(bench.model_id), 0.0

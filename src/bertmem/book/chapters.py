@@ -24,7 +24,7 @@ from bertmem.experiments.bench import BenchConfig
 from bertmem.loop.config import TrainConfig
 from bertmem.memory.cards import CARDS, Card, card_for
 from bertmem.memory.estimate import parameter_count
-from bertmem.profiles import Profile, get_profile
+from bertmem.profiles import ENV_PREFIX, Profile, get_profile
 
 # Loading bert-base (440 MB of weights) from the local cache and moving it to the GPU, once per fine-tune; an
 # assumption (the CPU-side work below is measured with MiniLM, which loads in about a second).
@@ -83,18 +83,35 @@ def _capped(value: int | None, limit: int | None) -> int | None:
     return value if limit is None else min(value, limit)
 
 
+# Runs whose point needs texts longer than their token limit read the profile's `long_dataset` (BERTMEM_LONG_DATASET),
+# whatever BERTMEM_DATASET says: why, as their setup lines print it.
+LONG_TEXT_RUNS = {"06-truncation": "truncation matters only for texts longer than its token limit",
+                  "09": "windows matter only for texts longer than one window"}
+
+
+def chapter_dataset(chapter: str, profile: Profile) -> str:
+    """The dataset a chapter's run reads: the profile's when the reader chose one (BERTMEM_DATASET), else the
+    chapter's own default; long texts for the runs that need them (chapters 0-9)."""
+    if chapter in LONG_TEXT_RUNS:
+        return profile.long_dataset
+    if "dataset" in profile.overridden:
+        return profile.dataset
+    return _SIZES[profile.name].get(chapter, {}).get("dataset", profile.dataset)
+
+
 def chapter_settings(chapter: str, profile: Profile) -> ChapterSettings:
     """A chapter's data, recipe and seeds under a profile (chapters 3-6, 8, 9).
 
-    The profile's sizes cap the chapter's, so BERTMEM_* overrides shrink every chapter; a chapter's own
-    micro-batch (one optimizer step's examples) never exceeds the profile's effective batch.
+    The profile's sizes cap the chapter's, so BERTMEM_* overrides shrink every chapter, and a dataset the reader
+    chose reaches every chapter but the long-text runs (`chapter_dataset`); a chapter's own micro-batch (one
+    optimizer step's examples) never exceeds the profile's effective batch.
     """
     table = _SIZES[profile.name]
     if chapter not in table and chapter != "00":
         raise ValueError(f"no settings for chapter {chapter!r}: choose '00' or one of {sorted(table)}")
     entry = table.get(chapter, {})
     data = profile.data_config(
-        dataset=entry.get("dataset", profile.dataset),
+        dataset=chapter_dataset(chapter, profile),
         train_size=_capped(entry.get("train_size"), profile.train_size),
         eval_size=_capped(entry.get("eval_size"), profile.eval_size),
         max_length=min(entry.get("max_length", profile.max_length), profile.max_length),
@@ -205,8 +222,31 @@ def chapter_minutes(profile: Profile, num_params: int, card: Card, utilisation: 
             for chapter, runs in chapter_runs(profile).items()}
 
 
+# The settings each chapter's runs read (`chapter_settings` keys); chapters 1, 2 and 7 read a few dozen examples of
+# the profile's dataset, A1 the reader's own file.
+CHAPTER_RUNS = {"00": ("00",), "03": ("03",), "04": ("04",), "05": ("05",), "06": ("06-warmup", "06-truncation"),
+                "08": ("08",), "09": ("09",)}
+
+
+def data_line(chapter: str, profile: Profile) -> str:
+    """What this chapter reads under this profile: dataset, sizes, tokens, micro-batch (setup cells)."""
+    if chapter == "A1":
+        return "data: your own file (a small CSV written below stands in for it)"
+    if chapter not in CHAPTER_RUNS:
+        return f"data: a few dozen {profile.dataset} examples at up to {profile.max_length} tokens"
+    parts = []
+    for key in CHAPTER_RUNS[chapter]:
+        data = chapter_settings(key, profile).data
+        sizes = f"{data.train_size or 'all'} train / {data.eval_size or 'all'} test examples"
+        part = f"{data.dataset}, {sizes}, {data.max_length} tokens, micro-batch {data.micro_batch}"
+        if key in LONG_TEXT_RUNS:
+            part += f" (long texts: {LONG_TEXT_RUNS[key]}; {ENV_PREFIX}LONG_DATASET chooses them)"
+        parts.append(part)
+    return "data: " + "; ".join(parts)
+
+
 def setup_line(chapter: str, profile: Profile, gpu_name: str | None = None) -> str:
-    """The setup cell's sentence: this chapter's estimated minutes on this GPU (a T4 without one)."""
+    """The setup cell's lines: what this chapter reads, and its estimated minutes on this GPU (a T4 without one)."""
 
     if gpu_name is None and profile.device.startswith("cuda") and device_capability(profile.device) is not None:
         gpu_name = device_name(torch.device(profile.device))  # CUDA-only calls live in bertmem.core.devices
@@ -216,11 +256,12 @@ def setup_line(chapter: str, profile: Profile, gpu_name: str | None = None) -> s
         card = CARDS["T4"]
     else:
         where = gpu_name
+    reads = data_line(chapter, profile)
     if profile.name == "cpu":  # CPU-profile sizes say nothing about a GPU: estimate the GPU profile's defaults
         profile = get_profile("gpu", env={})
     minutes = chapter_minutes(profile, parameter_count(profile.model_id), card)[chapter]
     basis = ("a BERT fine-tune's published throughput on it" if card.measured_tflops
              else f"{card.utilisation:.0%} of the datasheet peak")
-    return (f"this chapter, {profile.name} profile: about {minutes:.0f} min on {where} (estimated from a FLOP count "
-            f"at {basis}, plus this chapter's CPU-side work and model loads; a fresh runtime adds about "
+    return (f"{reads}\nthis chapter, {profile.name} profile: about {minutes:.0f} min on {where} (estimated from a "
+            f"FLOP count at {basis}, plus this chapter's CPU-side work and model loads; a fresh runtime adds about "
             f"{FIRST_RUN_MINUTES:.0f} min once for the install and downloads)")

@@ -34,7 +34,7 @@ def synthetic_batches(count: int, examples: int, length: int = 16, seed: int = 0
 
 
 def accumulated_gradient(model: torch.nn.Module, micro_batches: list[dict], naive: bool = False) -> torch.Tensor:
-    """Flat gradient over micro-batches: weighted, or the seed's loss / N (ch. 2)."""
+    """Flat gradient over micro-batches: weighted, or the post's loss / N (ch. 2)."""
     model.zero_grad(set_to_none=True)
     if naive:
         for micro in micro_batches:

@@ -5,9 +5,9 @@ generated from dataclasses, runtime (seeds, progress bars, where runs write), by
 from bertmem.core.devices import cuda_free_bytes, empty_cache, model_device, move_to, resolve_device, synchronize
 from bertmem.core.faults import interrupt_after, out_of_memory_above
 from bertmem.core.interrupts import stops_on_sigterm
-from bertmem.core.runtime import output_folder, progress, seed_everything
+from bertmem.core.runtime import output_folder, progress, quiet_bitsandbytes_notice, seed_everything
 from bertmem.core.units import GIB, MIB
 
 __all__ = ["GIB", "MIB", "cuda_free_bytes", "empty_cache", "interrupt_after", "model_device", "move_to",
-    "out_of_memory_above", "output_folder", "progress", "resolve_device", "seed_everything", "stops_on_sigterm",
-    "synchronize"]
+    "out_of_memory_above", "output_folder", "progress", "quiet_bitsandbytes_notice", "resolve_device",
+    "seed_everything", "stops_on_sigterm", "synchronize"]

@@ -64,6 +64,22 @@ def resolve_device(model: torch.nn.Module, requested: str | torch.device | None 
     return device
 
 
+def cuda_available() -> bool:
+    """Whether a CUDA GPU is usable here: the one place the package asks (profiles, precision, backends)."""
+    return torch.cuda.is_available()
+
+
+def cuda_rng_state() -> list[torch.Tensor] | None:
+    """Every CUDA generator's state for a checkpoint; None on a machine without a GPU (chapter 5)."""
+    return torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
+
+
+def set_cuda_rng_state(states: list[torch.Tensor] | None) -> None:
+    """Put back the CUDA generators' states; a checkpoint resumed on the CPU has none to restore (chapter 5)."""
+    if states is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(states)
+
+
 def synchronize(device: torch.device) -> None:
     """Wait for queued GPU work (timing); nothing to wait for on the CPU."""
     if device.type == "cuda":

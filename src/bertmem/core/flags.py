@@ -17,6 +17,17 @@ from typing import Any, Callable, ClassVar
 _SCALARS: dict[Any, Callable[[str], Any]] = {int: int, float: float, str: str}
 
 
+def shared_field(config_class: type, name: str, default: Any = dataclasses.MISSING, **metadata: Any):
+    """A field declared once, in `config_class`, reused by another configuration: its default, help text and
+    parser, with `default` and any metadata (e.g. help=...) changed where the other configuration differs
+    (`BenchConfig` shares the data, run and recipe fields it names) (chapter 5)."""
+    source = next((f for f in dataclasses.fields(config_class) if f.name == name), None)
+    if source is None:
+        raise ValueError(f"{config_class.__name__} has no field {name!r}")
+    default = source.default if default is dataclasses.MISSING else default
+    return dataclasses.field(default=default, metadata={**source.metadata, **metadata})
+
+
 def _parser_for(annotation: Any) -> tuple[Callable[[str], Any] | None, bool]:
     """(converter, is_bool) for a field annotation; Optional scalars accept 'none'."""
     if annotation is bool:

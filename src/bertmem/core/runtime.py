@@ -1,4 +1,6 @@
-"""Runtime profiles (GPU vs CPU defaults), environment overrides and seeding (all chapters)."""
+"""Seeds, progress bars, third-party notices and where a run writes (all chapters).
+
+On Colab a run writes to a folder the file browser shows; elsewhere to a fresh temporary folder."""
 
 from __future__ import annotations
 

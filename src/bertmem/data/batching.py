@@ -82,3 +82,8 @@ def epoch_batches(loader, epoch: int, skip: int = 0):
     if hasattr(sampler, "set_epoch"):
         sampler.set_epoch(epoch)
     return itertools.islice(iter(loader), skip, None)
+
+
+def widest_batch(loader) -> dict[str, torch.Tensor]:
+    """The micro-batch with the most token positions: the one that sets the activation peak (chapters 5, 8)."""
+    return max(loader, key=lambda b: b["input_ids"].numel())

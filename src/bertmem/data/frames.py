@@ -6,7 +6,7 @@ import hashlib
 import os
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 import pandas as pd
@@ -104,33 +104,41 @@ def prepare_frame(
     return frame
 
 
+# What turns a split's raw rows into checked `text` and `label` columns: `prepare_frame`, or a reader's own
+# version with the same signature (chapter A1 passes the one its cell defines, down to every file read).
+PrepareFrame = Callable[..., pd.DataFrame]
+
+
 def load_text_classification(source: str | os.PathLike, split: str = "train", *, text_column: str = "text",
                              label_column: str = "label", mirror: str | os.PathLike | None = None,
                              size: int | None = None, seed: int = 0, label_names: Sequence[str] | None = None,
                              encoding: str | None = None, delimiter: str | None = None,
-                             keep_per_label: int | None = None) -> pd.DataFrame:
+                             keep_per_label: int | None = None,
+                             prepare: PrepareFrame = prepare_frame) -> pd.DataFrame:
     """Load, validate and (optionally) hash-subsample one split, balanced per label (chapter 0).
 
     `label_names`: encode with the training split's classes (for evaluation data, chapter A1). A file is
     read in chunks when large, keeping per label only the rows a sample of `size` (or `keep_per_label`) can
-    pick; `encoding` and `delimiter` override what the reader would choose (chapter A1).
+    pick; `encoding` and `delimiter` override what the reader would choose; `prepare` checks the rows
+    (chapter A1).
     """
     file = split_file(source, split)
     if file is None and (encoding or delimiter):
         raise ValueError(f"encoding= and delimiter= are for files; {source!r} is a dataset name")
     if file is None:
-        frame = prepare_frame(read_split(source, split, mirror), text_column, label_column, label_names)
+        frame = prepare(read_split(source, split, mirror), text_column, label_column, label_names)
     else:
         frame = read_labelled(file, text_column, label_column, label_names, encoding=encoding,
-                              delimiter=delimiter, keep_per_label=keep_per_label or size, seed=seed)
+                              delimiter=delimiter, keep_per_label=keep_per_label or size, seed=seed,
+                              prepare=prepare)
     return frame if size is None else subsample(frame, size, seed=seed)
 
 
 def read_labelled(file: Path, text_column: str = "text", label_column: str = "label",
                   label_names: Sequence[str] | None = None, *, encoding: str | None = None,
                   delimiter: str | None = None, keep_per_label: int | None = None, seed: int = 0,
-                  chunk_rows: int | None = None) -> pd.DataFrame:
-    """A file's rows checked chunk by chunk; errors name the file and the rows (chapter A1).
+                  chunk_rows: int | None = None, prepare: PrepareFrame = prepare_frame) -> pd.DataFrame:
+    """A file's rows checked chunk by chunk, then by `prepare`; errors name the file and the rows (chapter A1).
 
     With `keep_per_label`, only the rows with the smallest text hashes of each label are kept: every row a
     balanced hash sample of at most that many rows per label can pick, whatever the chunking.
@@ -154,7 +162,7 @@ def read_labelled(file: Path, text_column: str = "text", label_column: str = "la
             kept.append(part)
     print(report.line() + (f"; kept at most {keep_per_label} rows per label" if keep_per_label else ""))
     with naming(file):
-        frame = prepare_frame(pd.concat(kept)[columns], *columns, label_names=label_names)
+        frame = prepare(pd.concat(kept)[columns], *columns, label_names=label_names)
     frame.attrs.update(read_report=report.line(), rows_read=report.rows)
     return frame
 
@@ -273,7 +281,6 @@ def make_loader(dataset: EncodedDataset, tokenizer, batch_size: int, shuffle: bo
     else:
         collator = DataCollatorWithPadding(tokenizer, padding="max_length", max_length=pad_to_max_length)
     if group_by_length:
-
         sampler = LengthGroupedBatchSampler(dataset.lengths(), batch_size, shuffle=shuffle, seed=seed)
         return DataLoader(dataset, batch_sampler=sampler, collate_fn=collator)
     generator = torch.Generator().manual_seed(seed) if shuffle else None

@@ -15,8 +15,10 @@ from torch.utils.data import DataLoader
 from bertmem.core.flags import RefusesRenamed
 from bertmem.data.frames import (
     TRUNCATIONS,
+    PrepareFrame,
     load_text_classification,
     make_loader,
+    prepare_frame,
     split_file,
     subsample,
     tokenize_frame,
@@ -105,14 +107,14 @@ class Loaders(NamedTuple):
     eval: DataLoader
 
 
-def load_frames(data: DataConfig) -> tuple:
+def load_frames(data: DataConfig, prepare: PrepareFrame = prepare_frame) -> tuple:
     """Train and eval frames: named dataset splits, or a file with an eval file or rows held out (chapter A1).
 
     Evaluation labels are encoded with the training labels' ids; a label training never saw is an error here,
-    before any model is loaded.
+    before any model is loaded. `prepare` turns every split's raw rows into checked ones.
     """
     kw = dict(text_column=data.text_column, label_column=data.label_column, seed=data.data_seed,
-              encoding=data.encoding, delimiter=data.delimiter)
+              encoding=data.encoding, delimiter=data.delimiter, prepare=prepare)
     if data.eval_dataset is not None or data.dataset in HUB_IDS:
         source = data.eval_dataset or data.dataset
         split = EVAL_SPLITS.get(source, "validation")  # a file ignores the split name

@@ -1,10 +1,8 @@
-"""Text longer than the encoder's window: overlapping windows, pooled per document (chapter 9).
+"""Texts longer than the encoder's window, cut into overlapping windows and batched (chapter 9).
 
 A document's tokens (without special tokens) are cut into windows of `window` positions, [CLS] and [SEP]
 included, that start every `stride` content tokens; the last window ends at the document's last token, so
-every token is in at least one window and none is dropped. The encoder reads each window; the document's
-logits pool the windows' logits (mean, max, or attention: a softmax of learned window scores). Memory per step
-grows with the number of windows, linearly, where one long sequence grows with its square under eager attention."""
+every token is in at least one window and none is dropped. `model.chunked` reads and pools them."""
 
 from __future__ import annotations
 

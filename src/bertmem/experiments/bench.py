@@ -1,29 +1,30 @@
-"""The seed's results table, regenerated: recipe variants side by side on the same data (chapter 5, `make bench`)."""
+"""The post's results table, regenerated: recipe variants side by side on the same data (chapter 5, `make bench`)."""
 
 from __future__ import annotations
 
 import dataclasses
 import statistics
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
-from bertmem.core.devices import cuda_free_bytes
-from bertmem.core.flags import RefusesRenamed
-from bertmem.core.runtime import seed_everything
-from bertmem.data.loaders import DataConfig, build_loaders, load_frames, parse_size
+from bertmem.core.devices import cuda_free_bytes, peak_memory_bytes, reset_peak_memory
+from bertmem.core.flags import RefusesRenamed, shared_field
+from bertmem.core.units import MIB
+from bertmem.data.batching import widest_batch
+from bertmem.data.loaders import DataConfig, load_frames
+from bertmem.experiments.compare import Skip, arm_order, fit_arm
 from bertmem.experiments.cost import matmul_tflops, model_flops_utilisation
-from bertmem.experiments.run import build_model, environment_info
+from bertmem.experiments.run import environment_info
 from bertmem.experiments.stats import compare_accuracies, compare_paired, step_timing, summarize
-from bertmem.loop.combined import prepare_trainable, train
+from bertmem.loop.combined import prepare_model, train
 from bertmem.loop.config import RunConfig, TrainConfig
 from bertmem.loop.precision import choose_precision
 from bertmem.memory.estimate import estimate_step_memory
 from bertmem.memory.measure import measure_step_memory
 from bertmem.memory.planner import PlanRequest
 from bertmem.model.adapters import LORA_LR_FACTOR, LORA_RANK
-from bertmem.model.loading import enable_gradient_checkpointing
 
 VARIANTS = ("fp32 baseline", "accumulation ×4", "mixed precision + accumulation", "full recipe",
             "full + gradient checkpointing", "smallest footprint")
@@ -33,30 +34,26 @@ VARIANTS = ("fp32 baseline", "accumulation ×4", "mixed precision + accumulation
 class BenchConfig(RefusesRenamed):
     """What every variant shares: model, data, effective batch, seeds (chapter 5, `bertmem bench`)."""
 
-    model_id: str = field(default=RunConfig.model_id, metadata={"help": "Hub id, local model folder, or 'tiny-bert'",
-                                                             "flag": "--model"})
-    dataset: str = field(default=DataConfig.dataset, metadata={
-        "help": "imdb, rotten_tomatoes, sst2, a Hub id or a file"})
-    train_size: int | None = field(default=DataConfig.train_size, metadata={"help": "training examples, or 'all'",
-                                                            "parse": parse_size})
-    eval_size: int | None = field(default=DataConfig.eval_size, metadata={"help": "evaluation examples, or 'all'",
-                                                          "parse": parse_size})
-    max_length: int = field(default=DataConfig.max_length, metadata={"help": "tokens per example"})
+    # fields that mean what they mean in RunConfig, DataConfig and TrainConfig are declared there, once
+    model_id: str = shared_field(RunConfig, "model_id")
+    dataset: str = shared_field(DataConfig, "dataset")
+    train_size: int | None = shared_field(DataConfig, "train_size")
+    eval_size: int | None = shared_field(DataConfig, "eval_size")
+    max_length: int = shared_field(DataConfig, "max_length")
     effective_batch: int = field(default=16, metadata={"help": "examples per optimizer step"})
     accumulation_steps: int = field(default=4, metadata={"aliases": ("--accumulation",), "help": "micro-batches per "
                                                          "optimizer step in the accumulating variants"})
-    learning_rate: float = field(default=1e-4, metadata={"help": "peak learning rate",
-                                                                       "aliases": ("--lr",)})
+    learning_rate: float = shared_field(TrainConfig, "learning_rate", default=1e-4)
     layerwise_decay: float = field(default=0.95, metadata={"help": "LLRD factor of the full recipe"})
-    epochs: int = field(default=1, metadata={"help": "passes over the training data"})
-    data_seed: int = field(default=0, metadata={
-        "help": "picks the data subset: every seed and variant sees the same examples"})
+    epochs: int = shared_field(TrainConfig, "epochs")
+    data_seed: int = shared_field(DataConfig, "data_seed",
+                                  help="picks the data subset: every seed and variant sees the same examples")
     seeds: tuple[int, ...] = field(default=(0,), metadata={
         "help": "training seeds, e.g. 0 1 2: one round of every variant per seed (accuracy mean ± std)",
         "parse": int, "nargs": "+"})
-    device: str = field(default="cpu", metadata={"help": "cpu or cuda"})
+    device: str = shared_field(RunConfig, "device", default="cpu")
     variants: tuple[str, ...] = VARIANTS
-    progress: bool = field(default=True, metadata={"help": "show progress bars"})
+    progress: bool = shared_field(RunConfig, "progress")
     memory_bytes: int | None = None  # budget per variant; None: the CUDA device's free memory (no limit on CPU)
     RENAMED = {"model": "model_id", "accumulation": "accumulation_steps", "seed": "data_seed"}
 
@@ -107,11 +104,6 @@ def variant_settings(bench: BenchConfig, variant: str, seed: int | None = None) 
     return run, data, recipe
 
 
-def widest_batch(loader) -> dict[str, torch.Tensor]:
-    """The micro-batch with the most token positions: the one that sets the activation peak."""
-    return max(loader, key=lambda b: b["input_ids"].numel())
-
-
 def fit_check(bench: BenchConfig, model, run: RunConfig, data: DataConfig, config: TrainConfig,
               precision: str) -> str | None:
     """'does not fit (estimated X GB > Y GB)' when the variant's estimated peak exceeds the budget, else None."""
@@ -120,7 +112,6 @@ def fit_check(bench: BenchConfig, model, run: RunConfig, data: DataConfig, confi
     request = PlanRequest(model_id=run.model_id, max_length=data.max_length, kernels=kernels)
     budget = bench.memory_bytes
     if budget is None:
-
         budget = cuda_free_bytes(run.device) if kernels == "cuda" else None
         # measured free memory: this process's CUDA context is already taken out
         request = dataclasses.replace(request, cuda_context_bytes=0)
@@ -135,62 +126,58 @@ def fit_check(bench: BenchConfig, model, run: RunConfig, data: DataConfig, confi
     return f"does not fit (estimated {needed / 1e9:.1f} GB > {budget / 1e9:.1f} GB)"
 
 
+def variant_measure(bench: BenchConfig, variant: str, run: RunConfig, data: DataConfig, config: TrainConfig,
+                    row: dict[str, Any]):
+    """What chapter 5 records before a variant trains: the fit check, then one step's bytes on the widest
+    micro-batch; the variant's model is prepared (levers, checkpointing) and placed as its training needs."""
+    def measure(model, tokenizer, loaders) -> dict[str, Any]:
+        verdict = fit_check(bench, model, run, data, config, config.precision)  # before the model takes memory
+        if verdict is not None:
+            raise Skip(verdict)
+        prepare_model(model, config, run.device).train()  # chapter 8's levers before the memory is measured
+        report = measure_step_memory(model, {k: v.to(run.device) for k, v in widest_batch(loaders.train).items()},
+                                     precision=config.precision)
+        model.zero_grad(set_to_none=True)
+        reset_peak_memory(torch.device(run.device))
+        return {"report": report, "parameters": sum(p.numel() for p in model.parameters())}
+    return measure
+
+
 def run_variant(bench: BenchConfig, variant: str, frames, peak_tflops: dict[str, float] | float | None,
-                seed: int | None = None) -> dict[str, Any]:
+                seed: int | None = None, loop: Callable = train) -> dict[str, Any]:
     """Measure one variant with one training seed: memory on its widest micro-batch, then training and evaluation.
 
     A variant whose estimated peak exceeds the budget is not run: its row says so (chapter 5).
     `peak_tflops`: the measured matmul peak per precision, so MFU divides by the precision actually used.
     The row keeps the step times after a warm-up (`step_times_s`) for the median across rounds.
     """
-
     run, data, config = variant_settings(bench, variant, seed)
-    train_frame, eval_frame = frames
-    seed_everything(config.seed)  # the classifier head: the same for every variant of a seed, whatever ran before
-    model, tokenizer = build_model(run, train_frame.attrs["label_names"], data.max_length)
-    loader, eval_loader = build_loaders(data, tokenizer, frames, seed=config.seed)
     precision = choose_precision(config.precision, torch.device(run.device).type, verbose=False).precision
     config = dataclasses.replace(config, precision=precision)  # resolved once: train() need not announce it
     row = {"variant": variant, "micro-batch": data.micro_batch, "accumulation steps": config.accumulation_steps,
            "precision": precision, "attention": run.attention,
            "padding": "dynamic, length-grouped" if data.group_by_length else f"to {data.max_length}"}
-    verdict = fit_check(bench, model, run, data, config, precision)  # before the model takes memory on the device
-    if verdict is not None:
-        return {**row, "accuracy": float("nan"), "note": verdict}
-    model.to(run.device).train()
-    prepare_trainable(model, config)  # chapter 8's levers before the memory is measured
-    if config.gradient_checkpointing:
-        enable_gradient_checkpointing(model)
-    cuda = run.device.startswith("cuda")
-    try:
-        report = measure_step_memory(model, {k: v.to(run.device) for k, v in widest_batch(loader).items()},
-                                     precision=precision)
-        model.zero_grad(set_to_none=True)
-        if cuda:
-            torch.cuda.reset_peak_memory_stats()
-        result = train(model, loader, config, eval_loader, run=run)
-    except torch.OutOfMemoryError:  # the point of the table: the baseline may not fit the card
-        del model
-        if cuda:
-            torch.cuda.empty_cache()
-        return {**row, "accuracy": float("nan"), "note": "out of memory"}
+    done = fit_arm(variant, (run, data, config), frames, loop, variant_measure(bench, variant, run, data, config, row))
+    if done.note is not None:
+        return {**row, "accuracy": float("nan"), "note": done.note}
+    report, result, device = done.measured["report"], done.result, torch.device(run.device)
+    tokens = sum(b["input_ids"].numel() for b in done.loaders.train) * len(result.epochs)
+    num_params = done.measured["parameters"]
     epoch = result.final_metrics
-    tokens = sum(b["input_ids"].numel() for b in loader) * len(result.epochs)
-    num_params = sum(p.numel() for p in model.parameters())
     times = [h["step_time_s"] for h in result.history]
     kept = times[2:] if len(times) > 2 else times  # the first steps pay for allocation and warm caches
     timing = step_timing(kept, warmup=0)
     row.update({"seed": config.seed, "step_times_s": kept, "effective batch": bench.effective_batch,
                 "median step (s)": timing.median_s, "step spread (IQR / median)": timing.spread,
-                "activations (MiB)": report.activations / 2**20,
+                "activations (MiB)": report.activations / MIB,
                 # fp32 weights, plus a gradient and two Adam moments per trainable parameter
-                "weights+grads+Adam (MiB)": (report.parameters + 3 * report.gradients) / 2**20,
+                "weights+grads+Adam (MiB)": (report.parameters + 3 * report.gradients) / MIB,
                 "time per epoch (s)": sum(e["train_time_s"] for e in result.epochs) / len(result.epochs),
                 "examples/s": bench.effective_batch / timing.median_s, "accuracy": epoch["accuracy"],
-                "macro-F1": epoch["macro_f1"], "test examples": len(eval_frame), "correct": result.correct})
+                "macro-F1": epoch["macro_f1"], "test examples": len(frames[1]), "correct": result.correct})
     row["total (MiB)"] = row["activations (MiB)"] + row["weights+grads+Adam (MiB)"]
-    if cuda:
-        row["CUDA peak (MiB)"] = torch.cuda.max_memory_allocated() / 2**20
+    if peak_memory_bytes(device) is not None:
+        row["CUDA peak (MiB)"] = peak_memory_bytes(device) / MIB
     peak = peak_tflops.get(precision) if isinstance(peak_tflops, dict) else peak_tflops
     if peak:
         row["MFU"] = model_flops_utilisation(num_params, tokens, row["time per epoch (s)"] * len(result.epochs),
@@ -270,20 +257,21 @@ def precisions_used(bench: BenchConfig) -> list[str]:
                    for v in bench.variants})
 
 
-def run_bench(bench: BenchConfig) -> dict[str, Any]:
+def run_bench(bench: BenchConfig, loop: Callable = train) -> dict[str, Any]:
     """Every variant on the same frames, in rounds (A B C … per seed); rows with ratios and noise (chapter 5).
 
     Interleaving puts a slow spell of a shared machine on every variant alike instead of on whichever ran then
     (odd rounds run the variants in reverse order); the matmul peak is measured again in every round.
+    `loop` trains each variant: chapter 5 passes the `train` its cell shows, so an edit there changes the table.
     """
     frames = load_frames(variant_settings(bench, bench.variants[0])[1])
     dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
     rounds, peaks_per_round = [], []
+    order = list(arm_order(bench.variants, bench.seeds, alternate=True))  # A B C, then C B A: no fixed slot
     for index, seed in enumerate(bench.seeds):
         peaks = {p: matmul_tflops(dtypes[p], bench.device) for p in precisions_used(bench)}
         peaks_per_round.append(peaks)
-        order = bench.variants if index % 2 == 0 else bench.variants[::-1]  # A B C, then C B A: no fixed slot
-        rows = {v: run_variant(bench, v, frames, peaks, seed) for v in order}
+        rows = {v: run_variant(bench, v, frames, peaks, seed, loop) for s, v in order if s == seed}
         rounds.append([rows[v] for v in bench.variants])
     rows = combine_rounds(rounds)
     if "fp32 baseline" in bench.variants:

@@ -1,19 +1,14 @@
-"""What each chapter trains, and about how long that takes on a GPU, from a FLOP count (setup cells, intro).
+"""What a fine-tune costs in FLOPs: measured matmul throughput and model-FLOPs utilisation (chapter 5).
 
-Each chapter that fine-tunes takes its data and recipe from `chapter_settings`; `chapter_minutes` counts its runs:
-training costs 6 · parameters · tokens FLOPs and evaluation 2 · parameters · tokens (Kaplan et al., 2020). Training
-runs at the throughput a BERT-class fine-tune was measured to reach on the card in the precision used (published
-measurements, where there are any; else an assumed share of the datasheet peak); evaluation runs in fp32, as
-`evaluate` does. Each chapter also pays for its CPU-side work (imports, estimates, demonstrations, tokenizing: the
-GPU profile's dry run, measured) and for loading bert-base once per fine-tune. Tokens are counted at the full
-`max_length` (every review padded to the limit). The first run on a fresh runtime adds the install and the
-downloads (`FIRST_RUN_MINUTES`). It is an estimate, never a measurement: the pages say so."""
+Training costs 6 · parameters · tokens FLOPs (Kaplan et al., 2020); MFU is that over time, as a share of a peak."""
 
 from __future__ import annotations
 
 import time
 
 import torch
+
+from bertmem.core.devices import synchronize
 
 
 def matmul_tflops(dtype: torch.dtype = torch.bfloat16, device: str = "cpu", n: int | None = None,
@@ -25,12 +20,10 @@ def matmul_tflops(dtype: torch.dtype = torch.bfloat16, device: str = "cpu", n: i
     a @ b  # warm-up
     best = float("inf")
     for _ in range(repeats):
-        if device.startswith("cuda"):
-            torch.cuda.synchronize()
+        synchronize(torch.device(device))
         start = time.perf_counter()
         a @ b
-        if device.startswith("cuda"):
-            torch.cuda.synchronize()
+        synchronize(torch.device(device))
         best = min(best, time.perf_counter() - start)
     return 2 * n**3 / best / 1e12
 

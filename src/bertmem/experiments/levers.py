@@ -7,15 +7,19 @@ full fine-tuning's against the noise of the seeds and the test set, paired (`sta
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+import functools
+from typing import Any, Callable
 
 import torch
 
-from bertmem.core.runtime import progress, seed_everything
+from bertmem.core.runtime import progress
+from bertmem.core.units import GIB, MIB
+from bertmem.data.batching import widest_batch
 from bertmem.data.loaders import DataConfig, build_loaders, load_frames
+from bertmem.experiments.compare import arm_order, fit_arm
 from bertmem.experiments.run import build_model
 from bertmem.experiments.stats import compare_paired, summarize
-from bertmem.loop.combined import make_optimizer_and_scheduler, prepare_trainable, train
+from bertmem.loop.combined import PACKAGE_LEVERS, Levers, make_optimizer_and_scheduler, prepare_model, train
 from bertmem.loop.config import RunConfig, TrainConfig
 from bertmem.loop.precision import choose_precision
 from bertmem.memory.estimate import estimate_step_memory, model_config
@@ -25,7 +29,6 @@ from bertmem.memory.sharding import offload_bytes
 from bertmem.model.adapters import LORA_LR_FACTOR, LORA_RANK, trainable_share
 from bertmem.model.loading import find_encoder_layers
 
-MIB, GIB = 2**20, 2**30
 FULL = "full fine-tuning (AdamW)"
 
 
@@ -40,12 +43,12 @@ def lever_recipes(recipe: TrainConfig, num_layers: int) -> dict[str, TrainConfig
                                            learning_rate=recipe.learning_rate * LORA_LR_FACTOR)}
 
 
-def lever_memory(model: torch.nn.Module, batch: dict, recipe: TrainConfig) -> dict[str, float]:
+def lever_memory(model: torch.nn.Module, batch: dict, recipe: TrainConfig,
+                 levers: Levers = PACKAGE_LEVERS) -> dict[str, float]:
     """One step's exact bytes by category under a lever; changes the model, so pass a spare one (ch. 8)."""
-    prepare_trainable(model, recipe)
-    model.train()
+    prepare_model(model, recipe, levers=levers).train()
     trainable = [p for p in model.parameters() if p.requires_grad]
-    optimizer, _ = make_optimizer_and_scheduler(model, recipe, total_steps=1)  # the one the training run builds
+    optimizer, _ = make_optimizer_and_scheduler(model, recipe, 1, levers)  # the one the training run builds
     device = next(model.parameters()).device.type
     precision = choose_precision(recipe.precision, device, verbose=False).precision
     report = measure_step_memory(model, batch, optimizer, precision)
@@ -57,12 +60,16 @@ def lever_memory(model: torch.nn.Module, batch: dict, recipe: TrainConfig) -> di
 
 
 def run_levers(run: RunConfig, data: DataConfig, recipes: dict[str, TrainConfig],
-               seeds: tuple[int, ...] = (0, 1, 2)) -> list[dict[str, Any]]:
+               seeds: tuple[int, ...] = (0, 1, 2), loop: Callable = train,
+               levers: Levers = PACKAGE_LEVERS) -> list[dict[str, Any]]:
     """Fine-tune every lever once per seed on the same frames; one row per lever with memory (ch. 8).
 
-    Memory is measured once per lever on the widest training batch of a spare model; accuracy and
-    macro-F1 are mean ± std over the seeds; the verdict compares each lever with full fine-tuning.
+    `levers`: the functions that apply LoRA, freezing and the optimizer, in the measurement and in every run
+    (`loop` gets them as `levers=`). Memory is measured once per lever on the widest training batch of a
+    spare model; accuracy and macro-F1 are mean ± std over the seeds; the verdict compares each lever with
+    full fine-tuning.
     """
+    loop = functools.partial(loop, levers=levers)
     frames = load_frames(data)
     names = frames[0].attrs["label_names"]
     device = torch.device(run.device or "cpu").type
@@ -74,26 +81,31 @@ def run_levers(run: RunConfig, data: DataConfig, recipes: dict[str, TrainConfig]
     recipes = resolved
     runs: dict[str, list[dict[str, Any]]] = {lever: [] for lever in recipes}
     memory: dict[str, dict[str, float]] = {}
-    steps = progress(None, "levers × seeds", total=len(seeds) * len(recipes))
-    for seed in seeds:
-        for lever, recipe in recipes.items():
-            recipe = dataclasses.replace(recipe, seed=seed)
-            seed_everything(seed)
-            model, tokenizer = build_model(run, names, data.max_length)
+
+    def measure_once(lever: str, recipe: TrainConfig, seed: int):
+        def measure(model, tokenizer, loaders) -> dict[str, Any]:
             if run.device is not None:
                 model.to(run.device)
-            loaders = build_loaders(data, tokenizer, frames, seed=seed)
             if lever not in memory:  # a spare model and loader: the run's own order and weights stay untouched
                 spare, _ = build_model(run, names, data.max_length)
                 batches = build_loaders(data, tokenizer, frames, seed=seed).train
-                widest = max(batches, key=lambda b: b["input_ids"].numel())
-                memory[lever] = lever_memory(spare.to(next(model.parameters()).device), widest, recipe)
+                memory[lever] = lever_memory(spare.to(next(model.parameters()).device), widest_batch(batches),
+                                             recipe, levers)
                 del spare
-            result = train(model, loaders.train, recipe, loaders.eval, run=run)
-            runs[lever].append({"accuracy": result.final_metrics["accuracy"],
-                                "macro_f1": result.final_metrics["macro_f1"],
-                                "time": result.epochs[-1]["train_time_s"], "correct": result.correct})
-            steps.update(1)
+            return {}
+        return measure
+
+    steps = progress(None, "levers × seeds", total=len(seeds) * len(recipes))
+    for seed, lever in arm_order(list(recipes), seeds):
+        recipe = dataclasses.replace(recipes[lever], seed=seed)
+        done = fit_arm(lever, (run, data, recipe), frames, loop, measure_once(lever, recipe, seed))
+        if done.note is not None:
+            raise RuntimeError(f"{lever} (seed {seed}): {done.note}; give the levers a smaller micro-batch")
+        result = done.result
+        runs[lever].append({"accuracy": result.final_metrics["accuracy"],
+                            "macro_f1": result.final_metrics["macro_f1"],
+                            "time": result.epochs[-1]["train_time_s"], "correct": result.correct})
+        steps.update(1)
     steps.close()
     return _lever_rows(runs, memory)
 
@@ -126,7 +138,7 @@ def estimated_lever_rows(model: str = "bert-base-uncased", seq_len: int = 512, m
     more steps each) gives the same answers for every row of chapter 8's table at six times the cost; a test
     checks full fine-tuning of bert-base.
     ZeRO-Offload (DeepSpeed, CUDA only) is counted from the full fine-tuning step's activations
-    (`scaling.offload_bytes`): its row sums weights, gradient buckets and activations, a sum that can miss the
+    (`memory.sharding.offload_bytes`): its row sums weights, gradient buckets and activations, a sum that can miss the
     peak either way (chapter 1), where the other rows give the step's peak; its gradients column is the 16-bit
     buckets in flight.
     """

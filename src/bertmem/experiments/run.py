@@ -12,8 +12,9 @@ from typing import Any
 
 import torch
 
-from bertmem.core.devices import require_device, resolve_device
+from bertmem.core.devices import cuda_available, device_name, require_device, resolve_device
 from bertmem.core.runtime import seed_everything
+from bertmem.data.frames import PrepareFrame, prepare_frame
 from bertmem.data.loaders import DataConfig, build_loaders, load_frames
 from bertmem.loop.accelerate_loop import train_with_accelerate
 from bertmem.loop.baseline import TrainResult, evaluate
@@ -47,8 +48,8 @@ def environment_info() -> dict[str, Any]:
     info = {"python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__,
             "accelerate": accelerate.__version__, "cpu": platform.processor() or platform.machine(),
             "cpu_threads": torch.get_num_threads()}
-    if torch.cuda.is_available():
-        info["gpu"] = torch.cuda.get_device_name(0)
+    if cuda_available():
+        info["gpu"] = device_name(torch.device("cuda", 0))
     return info
 
 
@@ -58,8 +59,12 @@ def parameter_checksum(model: torch.nn.Module) -> float:
     return float(sum(t.detach().double().sum() for t in full))
 
 
-def run_experiment(run: RunConfig, data: DataConfig, config: TrainConfig) -> dict[str, Any]:
-    """Load data and model, train with the chosen backend, evaluate, write the output folder (chapter 5)."""
+def run_experiment(run: RunConfig, data: DataConfig, config: TrainConfig, *,
+                   prepare: PrepareFrame = prepare_frame) -> dict[str, Any]:
+    """Load data and model, train with the chosen backend, evaluate, write the output folder (chapter 5).
+
+    `prepare` checks each split's rows: chapter A1 passes the `prepare_frame` its cell defines.
+    """
     if data.window is not None and encoder_levers(config):  # before anything loads (train() would refuse later)
         levers = ", ".join(encoder_levers(config))
         raise ValueError(f"--window trains a pooling wrapper around the classifier; {levers} cannot find its "
@@ -67,7 +72,7 @@ def run_experiment(run: RunConfig, data: DataConfig, config: TrainConfig) -> dic
     device = require_device(run.device) if run.device is not None else None
     if run.output_dir:  # before any data or model is loaded: a bad folder must not cost a training run
         prepare_output_dir(run)
-    frames = load_frames(data)
+    frames = load_frames(data, prepare)
     names = frames[0].attrs["label_names"]
     seed_everything(config.seed)  # the new classifier head is drawn here: same seed, same run
     model, tokenizer = build_model(run, names, data.window or data.max_length)
@@ -95,10 +100,8 @@ def run_backend(run: RunConfig, model, train_loader, config: TrainConfig, eval_l
                 settings: dict[str, Any] | None = None) -> TrainResult:
     """Train with bertmem's loop, Accelerate or the HF Trainer (same recipe, same batches) (chapter 5)."""
     if run.backend == "accelerate":
-
         return train_with_accelerate(model, train_loader, config, eval_loader, run=run)
     if run.backend == "trainer":
-
         result = train_with_trainer(model, train_loader, config, run=run)
         result.epochs.append(evaluate(model, eval_loader))
         return result

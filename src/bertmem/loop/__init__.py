@@ -16,7 +16,15 @@ from bertmem.loop.accumulation import (
     windows,
 )
 from bertmem.loop.baseline import TrainResult, evaluate, evaluate_into, train_baseline
-from bertmem.loop.combined import make_optimizer_and_scheduler, prepare_run, train
+from bertmem.loop.combined import (
+    PACKAGE_LEVERS,
+    Levers,
+    make_optimizer_and_scheduler,
+    prepare_model,
+    prepare_run,
+    prepare_trainable,
+    train,
+)
 from bertmem.loop.config import RunConfig, TrainConfig
 from bertmem.loop.hf_trainer import train_with_trainer, trainer_first_step
 from bertmem.loop.optim import (
@@ -43,10 +51,11 @@ from bertmem.loop.precision import (
 )
 from bertmem.loop.resume import RunState
 
-__all__ = ["EMBEDDINGS", "HEAD", "NonFiniteError", "OPTIMIZER_NAMES", "PrecisionChoice", "RunConfig", "RunState",
-    "TrainConfig", "TrainResult", "autocast_context", "backward_window", "backward_with_backoff", "check_finite",
-    "choose_precision", "diagnose_scale_trace", "evaluate", "evaluate_into", "group_lr_scale", "is_out_of_memory",
-    "layer_assignment", "layerwise_param_groups", "loss_weights", "make_optimizer", "make_optimizer_and_scheduler",
-    "no_weight_decay", "plan_for", "prepare_run", "pure_half", "seed_article_param_groups", "shard_with_fsdp2",
-    "skipped_steps", "split_batch", "split_evenly", "sync_context", "trace_op_dtypes", "train", "train_baseline",
-    "train_with_accelerate", "train_with_trainer", "trainer_first_step", "windows"]
+__all__ = ["EMBEDDINGS", "HEAD", "Levers", "NonFiniteError", "OPTIMIZER_NAMES", "PACKAGE_LEVERS", "PrecisionChoice",
+    "RunConfig", "RunState", "TrainConfig", "TrainResult", "autocast_context", "backward_window",
+    "backward_with_backoff", "check_finite", "choose_precision", "diagnose_scale_trace", "evaluate",
+    "evaluate_into", "group_lr_scale", "is_out_of_memory", "layer_assignment", "layerwise_param_groups",
+    "loss_weights", "make_optimizer", "make_optimizer_and_scheduler", "no_weight_decay", "plan_for",
+    "prepare_model", "prepare_run", "prepare_trainable", "pure_half", "seed_article_param_groups",
+    "shard_with_fsdp2", "skipped_steps", "split_batch", "split_evenly", "sync_context", "trace_op_dtypes", "train",
+    "train_baseline", "train_with_accelerate", "train_with_trainer", "trainer_first_step", "windows"]

@@ -6,14 +6,14 @@ import time
 
 import torch
 
-from bertmem.core.devices import model_device
+from bertmem.core.devices import cuda_available, model_device
 from bertmem.core.runtime import progress as progress_bar
 from bertmem.loop.accumulation import optimizer_steps
 from bertmem.loop.baseline import TrainResult, evaluate
-from bertmem.loop.combined import make_optimizer_and_scheduler, prepare_trainable
+from bertmem.loop.combined import make_optimizer_and_scheduler, prepare_model
 from bertmem.loop.config import RunConfig, TrainConfig
 from bertmem.loop.precision import choose_precision
-from bertmem.model.loading import enable_gradient_checkpointing, find_encoder_layers
+from bertmem.model.loading import find_encoder_layers
 
 ACCELERATE_PRECISION = {"fp32": "no", "bf16": "bf16", "fp16": "fp16"}
 
@@ -25,8 +25,8 @@ def accelerator_for(config: TrainConfig, device: str | None = None, **kwargs):
 
     AcceleratorState._reset_state()  # a second run in one process may change precision (the process group stays)
     GradientState._reset_state()
-    wanted = device or ("cuda" if torch.cuda.is_available() else "cpu")  # Accelerate places the model
-    device_type = "cuda" if torch.cuda.is_available() and not wanted.startswith("cpu") else "cpu"
+    wanted = device or ("cuda" if cuda_available() else "cpu")  # Accelerate places the model
+    device_type = "cuda" if cuda_available() and not wanted.startswith("cpu") else "cpu"
     choice = choose_precision(config.precision, device_type, verbose=False)
     return Accelerator(gradient_accumulation_steps=config.accumulation_steps,
                        mixed_precision=ACCELERATE_PRECISION[choice.precision], cpu=device_type == "cpu", **kwargs)
@@ -66,6 +66,23 @@ def shard_with_fsdp2(model: torch.nn.Module) -> torch.nn.Module:
     return model
 
 
+def check_deepspeed_clipping(accelerator, config: TrainConfig) -> None:
+    """Refuse a recipe whose clipping DeepSpeed would not apply (chapter 5).
+
+    Under DeepSpeed the engine clips with its config's `gradient_clipping` and `clip_grad_norm_` does nothing;
+    Accelerate fills an "auto" there with 1.0, not with the recipe's `max_grad_norm`.
+    """
+    plugin = getattr(accelerator.state, "deepspeed_plugin", None)
+    if plugin is None:
+        return
+    clipping = plugin.deepspeed_config.get("gradient_clipping")
+    if clipping == "auto" or (clipping or None) != config.max_grad_norm:
+        raise ValueError(f"the DeepSpeed config clips gradients at {clipping!r} and the recipe at "
+                         f"{config.max_grad_norm}; DeepSpeed applies only its own value: set gradient_clipping "
+                         f"in the DeepSpeed config to {config.max_grad_norm or 0} (0: no clipping), or pass "
+                         "the config's value as --max-grad-norm")
+
+
 def train_with_accelerate(model: torch.nn.Module, train_loader, config: TrainConfig, eval_loader=None,
                           accelerator=None, *, run: RunConfig | None = None) -> TrainResult:
     """`train` written the Accelerate way: `prepare`, `accumulate`, `backward`, `clip_grad_norm_` (chapter 5).
@@ -82,11 +99,9 @@ def train_with_accelerate(model: torch.nn.Module, train_loader, config: TrainCon
                          "use accelerator.save_state/load_state and choose the micro-batch yourself")
     # the device follows the model (or run.device): on a GPU machine a CPU model stays on the CPU, like train's
     accelerator = accelerator or accelerator_for(config, run.device or model_device(model).type)
+    check_deepspeed_clipping(accelerator, config)
     set_seed(config.seed)
-    prepare_trainable(model, config)  # chapter 8's levers, before the optimizer
-    if config.gradient_checkpointing:
-
-        enable_gradient_checkpointing(model)
+    prepare_model(model, config)  # chapter 8's levers and checkpointing, before the optimizer
     _, total = optimizer_steps(len(train_loader), config.accumulation_steps, config.epochs, config.max_steps,
                                processes=accelerator.num_processes)
     if fsdp_requested_on_cpu(accelerator):  # shard ourselves; Accelerate would wrap the model in DDP

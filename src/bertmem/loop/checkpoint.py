@@ -12,6 +12,7 @@ from typing import Any, Mapping
 import numpy as np
 import torch
 
+from bertmem.core.devices import cuda_rng_state, set_cuda_rng_state
 from bertmem.core.interrupts import signals_deferred
 from bertmem.data.frames import EncodedDataset
 
@@ -42,8 +43,8 @@ def capture_rng() -> dict[str, Any]:
              "numpy": {"name": name, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
                        "has_gauss": int(has_gauss), "cached_gaussian": float(cached)},
              "torch": torch.get_rng_state()}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
+    if cuda_rng_state() is not None:
+        state["cuda"] = cuda_rng_state()
     return state
 
 
@@ -55,8 +56,7 @@ def restore_rng(state: dict[str, Any]) -> None:
     np.random.set_state((n["name"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"],
                          n["cached_gaussian"]))
     torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+    set_cuda_rng_state(state.get("cuda"))
 
 
 def atomic_save(obj: Any, path: str | os.PathLike) -> Path:

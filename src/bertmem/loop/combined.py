@@ -1,11 +1,14 @@
-"""The fine-tuning loop: AdamW, warmup + decay, accumulation, precision, LLRD, checkpoints (chapters 0, 2–5)."""
+"""The combined loop: AdamW, warmup + decay, accumulation, precision, LLRD, checkpoints (chapter 5).
+
+Each piece is a function an earlier chapter shows: the accumulation window (2), the autocast step (3), the
+layer-wise groups (4); `train` composes them."""
 
 from __future__ import annotations
 
 import functools
 import math
 import time
-from typing import Any
+from typing import Any, Callable, NamedTuple
 
 import torch
 from torch.utils.data import DataLoader
@@ -25,7 +28,19 @@ from bertmem.model.adapters import apply_lora, freeze_lower_layers, has_lora
 from bertmem.model.loading import enable_gradient_checkpointing
 
 
-def make_optimizer_and_scheduler(model: torch.nn.Module, config: TrainConfig, total_steps: int):
+class Levers(NamedTuple):
+    """The functions that apply chapter 8's levers; a chapter passes its own definitions to run them (ch. 8)."""
+
+    apply_lora: Callable[..., int] = apply_lora
+    freeze_lower_layers: Callable[..., int] = freeze_lower_layers
+    make_optimizer: Callable[..., torch.optim.Optimizer] = make_optimizer
+
+
+PACKAGE_LEVERS = Levers()  # the package's own: what every run uses unless it is given others
+
+
+def make_optimizer_and_scheduler(model: torch.nn.Module, config: TrainConfig, total_steps: int,
+                                 levers: Levers = PACKAGE_LEVERS):
     """AdamW (or chapter 8's choice; one group or chapter 4's layer-wise groups), warmup/decay (chapter 0)."""
     from transformers import get_linear_schedule_with_warmup
 
@@ -35,7 +50,8 @@ def make_optimizer_and_scheduler(model: torch.nn.Module, config: TrainConfig, to
     else:
         params = layerwise_param_groups(model, config.learning_rate, config.layerwise_decay, config.weight_decay)
     fused = config.optimizer == "adamw" and use_fused_adamw(config, model)
-    optimizer = make_optimizer(params, config.optimizer, config.learning_rate, config.weight_decay, fused=fused)
+    optimizer = levers.make_optimizer(params, config.optimizer, config.learning_rate, config.weight_decay,
+                                      fused=fused)
     warmup = math.ceil(config.warmup_ratio * total_steps)
     return optimizer, get_linear_schedule_with_warmup(optimizer, warmup, total_steps)
 
@@ -45,7 +61,7 @@ def encoder_levers(config: TrainConfig) -> list[str]:
     return [name for name in ("lora_r", "freeze_layers", "layerwise_decay") if getattr(config, name)]
 
 
-def prepare_trainable(model: torch.nn.Module, config: TrainConfig) -> None:
+def prepare_trainable(model: torch.nn.Module, config: TrainConfig, levers: Levers = PACKAGE_LEVERS) -> None:
     """Chapter 8's levers, once, before the optimizer exists: LoRA adapters, then frozen lower layers.
 
     In that order, adapters inside the frozen layers stay frozen too. They, and layer-wise decay, find the
@@ -57,9 +73,21 @@ def prepare_trainable(model: torch.nn.Module, config: TrainConfig) -> None:
                          f"base_model_prefix says where the encoder is); {type(model).__name__} has none: train "
                          "without them")
     if config.lora_r is not None and not has_lora(model):  # a model resumed or trained again keeps its own
-        apply_lora(model, config.lora_r)
+        levers.apply_lora(model, config.lora_r)
     if config.freeze_layers:
-        freeze_lower_layers(model, config.freeze_layers)
+        levers.freeze_lower_layers(model, config.freeze_layers)
+
+
+def prepare_model(model: torch.nn.Module, config: TrainConfig, device: str | None = None,
+                  levers: Levers = PACKAGE_LEVERS) -> torch.nn.Module:
+    """What every backend, the bench and the estimate do before the optimizer: place the model (when a device is
+    given), chapter 8's levers, gradient checkpointing (chapters 5, 8). Returns the model."""
+    if device is not None:  # asked for a device: place the model there once; helpers follow it
+        model.to(require_device(device))
+    prepare_trainable(model, config, levers)
+    if config.gradient_checkpointing:
+        enable_gradient_checkpointing(model)
+    return model
 
 
 def use_fused_adamw(config: TrainConfig, model: torch.nn.Module) -> bool:
@@ -73,18 +101,15 @@ def use_fused_adamw(config: TrainConfig, model: torch.nn.Module) -> bool:
     return supported if config.fused_optimizer is None else bool(config.fused_optimizer)
 
 
-def prepare_run(model: torch.nn.Module, train_loader, config: TrainConfig, run: RunConfig):
+def prepare_run(model: torch.nn.Module, train_loader, config: TrainConfig, run: RunConfig,
+                levers: Levers = PACKAGE_LEVERS):
     """Checks, seed, device, chapter 8's levers, checkpointing; (device, micro-batch size, steps per epoch, total)."""
     if len(train_loader) == 0:
         raise ValueError("the training loader yields no batches: the dataset is empty")
     micro_size = getattr(train_loader, "batch_size", None) or len(next(iter(train_loader))["labels"])
     check_dataset_fits(dataset_size(train_loader), micro_size * config.accumulation_steps)
     seed_everything(config.seed)
-    if run.device is not None:  # asked for a device: place the model there once; helpers follow it
-        model.to(require_device(run.device))
-    prepare_trainable(model, config)
-    if config.gradient_checkpointing:
-        enable_gradient_checkpointing(model)
+    prepare_model(model, config, run.device, levers)
     steps_per_epoch, total = optimizer_steps(len(train_loader), config.accumulation_steps, config.epochs,
                                              config.max_steps)
     return model_device(model), micro_size, steps_per_epoch, total
@@ -93,15 +118,15 @@ def prepare_run(model: torch.nn.Module, train_loader, config: TrainConfig, run: 
 @stops_on_sigterm  # SIGTERM saves a checkpoint like Ctrl-C does
 def train(model: torch.nn.Module, train_loader: DataLoader, config: TrainConfig,
           eval_loader: DataLoader | None = None, settings: dict[str, Any] | None = None, *,
-          run: RunConfig | None = None) -> TrainResult:
+          run: RunConfig | None = None, levers: Levers = PACKAGE_LEVERS) -> TrainResult:
     """Fine-tune with every lever of chapters 2-5 in one loop (chapter 5).
 
-    `run`: device, progress bars, checkpoints (`RunConfig`); `settings`: what the caller
-    knows (model id, dataset …), kept in checkpoints and compared on resume.
+    `run`: device, progress, checkpoints; `settings`: what the caller knows (model id,
+    dataset …), kept in checkpoints and compared on resume; `levers`: chapter 8's.
     """
     run = run or RunConfig()
-    device, micro_size, per_epoch, total = prepare_run(model, train_loader, config, run)
-    optimizer, scheduler = make_optimizer_and_scheduler(model, config, total)
+    device, micro_size, per_epoch, total = prepare_run(model, train_loader, config, run, levers)
+    optimizer, scheduler = make_optimizer_and_scheduler(model, config, total, levers)
     params = [p for p in model.parameters() if p.requires_grad]
     choice = choose_precision(config.precision, device.type, verbose=config.precision == "auto")
     autocast = functools.partial(autocast_context, choice.precision, device.type)

@@ -8,7 +8,7 @@ from typing import Callable
 
 import torch
 
-from bertmem.core.devices import model_device
+from bertmem.core.devices import cuda_available, model_device
 from bertmem.loop.accumulation import optimizer_steps
 from bertmem.loop.baseline import TrainResult
 from bertmem.loop.combined import make_optimizer_and_scheduler, prepare_trainable
@@ -34,7 +34,7 @@ def trainer_first_step(model_fn: Callable[[], torch.nn.Module], batch: dict[str,
     data = Dataset.from_dict({k: v.tolist() for k, v in batch.items()})
     args = TrainingArguments(output_dir=tempfile.mkdtemp(), per_device_train_batch_size=micro_batch,
                              gradient_accumulation_steps=accumulation_steps, max_steps=1, logging_steps=1,
-                             report_to="none", use_cpu=not torch.cuda.is_available(), disable_tqdm=True,
+                             report_to="none", use_cpu=not cuda_available(), disable_tqdm=True,
                              save_strategy="no", max_grad_norm=1e9, dataloader_drop_last=False)
     torch.manual_seed(seed)  # the same initial weights for every call
     trainer = Trainer(model=model_fn(), args=args, train_dataset=data)

@@ -1,4 +1,5 @@
-"""Layer-wise learning-rate decay: AdamW parameter groups for any BERT-family encoder (chapter 4)."""
+"""The optimizer, built in one place: AdamW (fused where it can), 8-bit AdamW, Adafactor, and the
+layer-wise learning-rate groups of any BERT-family encoder (chapters 0, 4, 8)."""
 
 from __future__ import annotations
 
@@ -88,7 +89,7 @@ def layerwise_param_groups(model: torch.nn.Module, base_lr: float, decay: float 
 
 
 def seed_article_param_groups(model: nn.Module, base_lr: float = 2e-5, decay: float = 0.95) -> list[dict]:
-    """The seed article's grouping, verbatim: only names containing 'layer.{k}.' get a group (chapter 4)."""
+    """The blog post's grouping, verbatim: only names containing 'layer.{k}.' get a group (chapter 4)."""
     num_layers = model.config.num_hidden_layers
     groups = []
     for layer_num in range(num_layers):
@@ -99,30 +100,40 @@ def seed_article_param_groups(model: nn.Module, base_lr: float = 2e-5, decay: fl
 OPTIMIZER_NAMES = ("adamw", "adamw8bit", "adafactor")
 
 
-def make_optimizer(params, name: str = "adamw", lr: float = 5e-5, weight_decay: float = 0.01,
-                   fused: bool = False) -> torch.optim.Optimizer:
-    """AdamW, 8-bit AdamW (bitsandbytes) or Adafactor (transformers) over parameters or groups (chapter 8).
+# bitsandbytes rather than torchao's AdamW8bit: torchao compiles every step with torch.compile and keeps tensor
+# subclasses, which the book's memory measurement cannot look inside.
+def make_optimizer(
+    params,
+    name: str = "adamw",
+    lr: float = 5e-5,
+    weight_decay: float = 0.01,
+    fused: bool = False,
+) -> torch.optim.Optimizer:
+    """AdamW, 8-bit AdamW (bitsandbytes) or Adafactor over parameters or groups (ch. 8).
 
-    8-bit AdamW comes from bitsandbytes, which runs it on CPUs as well as CUDA GPUs and keeps plain tensors
-    (uint8 moments, one fp32 scale per block of 256); torchao's AdamW8bit compiles every step with
-    torch.compile and keeps tensor subclasses, which the book's memory measurement cannot look inside.
+    bitsandbytes' AdamW8bit runs on CPUs and CUDA GPUs and keeps plain tensors (uint8
+    moments, one fp32 scale per block of 256 values), which the book's memory
+    measurement can count; Adafactor keeps factored second moments and no first.
     """
     if name == "adamw":
         return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, fused=fused)
     if name == "adamw8bit":
-        return _bitsandbytes().optim.AdamW8bit(params, lr=lr, weight_decay=weight_decay)
+        quiet_bitsandbytes_notice()
+        import bitsandbytes as bnb  # optional: only this optimizer needs it
+
+        return bnb.optim.AdamW8bit(params, lr=lr, weight_decay=weight_decay)
     if name == "adafactor":
         from transformers.optimization import Adafactor
 
-        # a fixed learning rate, so warmup and decay come from our scheduler as for AdamW; no first moment
-        return Adafactor(params, lr=lr, weight_decay=weight_decay, scale_parameter=False, relative_step=False,
-                         warmup_init=False, beta1=None)
+        # a fixed rate, so warmup and decay come from the scheduler, as for AdamW
+        return Adafactor(
+            params,
+            lr=lr,
+            weight_decay=weight_decay,
+            scale_parameter=False,
+            relative_step=False,
+            warmup_init=False,
+            beta1=None,
+        )
     raise ValueError(f"optimizer must be one of {OPTIMIZER_NAMES}, got {name!r}")
 
-
-def _bitsandbytes():
-    """bitsandbytes, imported quietly."""
-    quiet_bitsandbytes_notice()
-    import bitsandbytes
-
-    return bitsandbytes

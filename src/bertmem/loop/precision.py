@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
-from bertmem.core.devices import device_capability, model_device, move_to
+from bertmem.core.devices import cuda_available, device_capability, model_device, move_to
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 REQUESTS = ("auto",) + PRECISIONS
@@ -64,9 +64,8 @@ def choose_precision(requested: str = "auto", device_type: str | None = None,
     """auto: bf16 on Ampere+ GPUs and bf16 CPUs, fp16 + GradScaler on older GPUs, else fp32 (chapter 3)."""
     if requested not in REQUESTS:
         raise ValueError(f"unknown precision {requested!r}: use one of {REQUESTS}")
-    device_type = device_type or ("cuda" if torch.cuda.is_available() else "cpu")
+    device_type = device_type or ("cuda" if cuda_available() else "cpu")
     if device_type == "cuda":
-
         found = capability or device_capability()
         if found is None:
             raise ValueError("device_type 'cuda' needs a CUDA GPU (none here) or an explicit capability=(major, minor)")
@@ -78,8 +77,8 @@ def choose_precision(requested: str = "auto", device_type: str | None = None,
     else:  # another accelerator: no mixed-precision policy here, fp32 unless a test asks otherwise
         bf16_ok, where = False, f"{device_type} device"
     if requested == "fp16" and device_type == "cpu":
-        raise ValueError("fp16 on a CPU runs many times slower than fp32 (no fast fp16 matmul kernels; chapter 3 "
-                         "measures it): use precision='bf16' or 'fp32'")
+        raise ValueError("fp16 is refused on a CPU: it needs loss scaling, and most CPUs have no fast fp16 "
+                         "kernels (chapter 3 times it on yours): use precision='bf16' or 'fp32'")
     if requested == "bf16" and not bf16_ok:
         raise ValueError(f"bf16 is not supported on this {where}: use 'fp16' (GPU) or 'fp32'")
     if requested != "auto":
@@ -89,7 +88,9 @@ def choose_precision(requested: str = "auto", device_type: str | None = None,
     elif device_type == "cuda":
         choice = PrecisionChoice("fp16", device_type, f"{where} (pre-Ampere, e.g. a T4): fp16 with GradScaler")
     else:
-        why = "fp16 has no fast CPU kernels" if device_type == "cpu" else "no mixed-precision policy for it"
+        # chapter 3 times fp16 on a CPU: no faster than fp32 there, and it would need loss scaling
+        why = "fp16 would need loss scaling and buys no speed on a CPU" if device_type == "cpu" \
+            else "no mixed-precision policy for it"
         choice = PrecisionChoice("fp32", device_type, f"{where}: fp32 ({why})")
     if verbose:
         print(f"precision: {choice.precision} — {choice.reason}")
@@ -114,10 +115,12 @@ def check_finite(step: int, loss: float, model: torch.nn.Module, optimizer: torc
         if value >= worst:
             worst_name, worst = name, value
     lr = optimizer.param_groups[0]["lr"]
+    # a zero "largest" would point the reader at a parameter that is not the problem
+    largest = (f"largest finite |grad| {worst:.3g} in {worst_name}" if worst > 0
+               else "no parameter has a non-zero finite gradient")
     raise NonFiniteError(f"non-finite training state at optimizer step {step}: loss={loss}, "
-                         f"{len(bad)} parameter(s) with inf/NaN gradients (first: {bad[:1]}), largest finite "
-                         f"|grad| {worst:.3g} in {worst_name}, lr={lr:.3g}. Lower the peak LR, clip gradients, "
-                         "or prefer bf16 over fp16")
+                         f"{len(bad)} parameter(s) with inf/NaN gradients (first: {bad[:1]}), {largest}, "
+                         f"lr={lr:.3g}. Lower the peak LR, clip gradients, or prefer bf16 over fp16")
 
 
 def mixed_precision_step(model: torch.nn.Module, micro_batches: list[dict],

@@ -1,4 +1,7 @@
-"""Where fine-tuning memory goes: measure one training step, estimate it under FakeTensorMode (chapter 1)."""
+"""Memory counted by hand: the closed-form step of a BERT encoder, and 8-bit optimizer state's bytes (ch. 1, 8).
+
+No model runs here: these are the formulas the chapters derive, checked against the measurements of
+`memory.measure` and the estimates of `memory.estimate`."""
 
 from __future__ import annotations
 

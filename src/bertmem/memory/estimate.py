@@ -9,12 +9,13 @@ from typing import Iterator
 
 import torch
 
+from bertmem.loop.combined import prepare_model
+from bertmem.loop.config import TrainConfig
 from bertmem.loop.optim import make_optimizer
 from bertmem.loop.precision import PRECISIONS, autocast_context
 from bertmem.memory.analytic import _check_sizes, adamw8bit_state_like, quantization_maps
 from bertmem.memory.measure import MemoryReport, measure_step_memory
-from bertmem.model.adapters import apply_lora, freeze_lower_layers
-from bertmem.model.loading import classifier_from_config, enable_gradient_checkpointing, resolve_model_source
+from bertmem.model.loading import classifier_from_config, resolve_model_source
 
 KNOWN_CONFIGS = {  # shapes only, so estimates need no download
     "bert-base-uncased": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072),
@@ -146,16 +147,13 @@ def _fake_step(config_or_model_id, batch_size: int, seq_len: int, attention: str
     config.use_cache = False  # an encoder caches nothing; silences the checkpointing notice
     with torch.device("meta"):
         model = AutoModelForSequenceClassification.from_config(config, attn_implementation=attention)
-        if lora_r is not None:  # the order of train.prepare_trainable
-            apply_lora(model, lora_r)
-        if freeze_layers:
-            freeze_lower_layers(model, freeze_layers)
+        # the levers and checkpointing exactly as a real run prepares them (on meta: peft's layers need real shapes)
+        levers = TrainConfig(lora_r=lora_r, freeze_layers=freeze_layers, gradient_checkpointing=gradient_checkpointing)
+        prepare_model(model, levers)
     with (FakeTensorMode(allow_non_fake_inputs=True), _cuda_like_kernels(attention, device),
           _longformer_global_cls(config)):
         model.to_empty(device="cpu")
         model.train()
-        if gradient_checkpointing:
-            enable_gradient_checkpointing(model)
         ids = torch.zeros(batch_size, seq_len, dtype=torch.long)
         batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "token_type_ids": torch.zeros_like(ids),
                  "labels": torch.zeros(batch_size, dtype=torch.long)}

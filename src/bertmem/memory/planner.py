@@ -1,4 +1,9 @@
-"""Estimate one training step on a CUDA GPU without allocating memory, under FakeTensorMode (chapter 1)."""
+"""Will it fit? The largest micro-batch under a memory budget, from the step's estimated peak (chapters 1 and 5).
+
+The planner asks `estimate_step_memory` (FakeTensorMode: nothing is allocated, no GPU is needed) for the peak of
+one steady-state step — the most memory alive at one moment, not the sum of the categories (chapter 1) — and adds
+what the estimate cannot see: the CUDA context and a margin for the caching allocator's rounding and fragmentation.
+"""
 
 from __future__ import annotations
 
@@ -51,7 +56,7 @@ def estimated_rows(model: str = "bert-base-uncased", seq_len: int = 512, effecti
             needed = needs.needed_bytes(int(row["estimated peak (GiB)"] * GIB))
             row[f"fits {card} GB"] = "yes" if needed <= CARD_MEMORY[name] else "no"
     return rows
-ALLOCATOR_MARGIN = 0.115  # fraction of the estimated peak (published.fit_margin on the fit rows)
+ALLOCATOR_MARGIN = 0.115  # fraction of the estimated peak (book.published.fit_margin on the fit rows)
 OPTIMIZERS = ("adamw", "adamw8bit", "adafactor", "sgd", "none")
 
 
@@ -138,7 +143,9 @@ class Plan:
                  + (" (not searched beyond the effective batch)"
                     if self.largest_fitting_batch >= r["effective_batch"] else ""),
                  f"plan: micro-batch {self.micro_batch} × {self.accumulation_steps} accumulation steps "
-                 f"= effective batch {self.micro_batch * self.accumulation_steps}",
+                 f"= effective batch {self.micro_batch * self.accumulation_steps}"
+                 + (f" ({self.micro_batch} is the largest divisor of {r['effective_batch']} that fits)"
+                    if self.micro_batch < min(self.largest_fitting_batch, r["effective_batch"]) else ""),
                  f"estimated peak {self.estimated_peak_bytes / GIB:.2f} GiB (during {self.peak_phase}):"]
         lines += [f"  {name:<34} {size / GIB:6.2f} GiB" for name, size in self.breakdown.items()]
         return "\n".join(lines)

@@ -6,8 +6,11 @@ from bertmem.model.adapters import (
     LORA_LR_FACTOR,
     LORA_RANK,
     apply_lora,
+    embeddings_module,
     freeze_lower_layers,
     has_lora,
+    is_head,
+    lora_target_modules,
     merge_lora,
     trainable_share,
 )
@@ -34,6 +37,7 @@ from bertmem.model.loading import (
 )
 
 __all__ = ["ChunkedClassifier", "LORA_LR_FACTOR", "LORA_RANK", "MINILM_ID", "POOLINGS", "PooledOutput", "WindowReading",
-    "apply_lora", "classifier_from_config", "enable_gradient_checkpointing", "find_encoder_layers", "fit_scorer",
-    "freeze_lower_layers", "has_lora", "load_classifier", "load_model_and_tokenizer", "load_tokenizer", "merge_lora",
-    "pool_windows", "pooled_correct", "read_windows", "tiny_bert_config", "tiny_classifier", "trainable_share"]
+    "apply_lora", "classifier_from_config", "embeddings_module", "enable_gradient_checkpointing",
+    "find_encoder_layers", "fit_scorer", "freeze_lower_layers", "has_lora", "is_head", "load_classifier",
+    "load_model_and_tokenizer", "load_tokenizer", "lora_target_modules", "merge_lora", "pool_windows",
+    "pooled_correct", "read_windows", "tiny_bert_config", "tiny_classifier", "trainable_share"]

@@ -1,9 +1,8 @@
-"""Below 16 bytes per parameter: LoRA, 8-bit and factored optimizer state, frozen layers (chapter 8).
+"""Training fewer parameters: LoRA adapters through peft, frozen lower layers, merging LoRA back (chapter 8).
 
-fp32 weights, gradients and AdamW's two moments cost 4 + 4 + 8 = 16 bytes per parameter. Each lever here
-changes one term: freezing and LoRA train fewer parameters (no gradient, no optimizer state for the rest),
-8-bit AdamW stores its moments in one byte each (plus a scale per block), Adafactor keeps a factored second
-moment (one row and one column per matrix) and no first moment."""
+fp32 weights, gradients and AdamW's two moments cost 4 + 4 + 8 = 16 bytes per parameter. Freezing and LoRA
+train fewer parameters: no gradient and no optimizer state for the rest. The optimizers that store less per
+trained parameter (8-bit AdamW, Adafactor) are built in `loop.optim`."""
 
 from __future__ import annotations
 
@@ -25,24 +24,29 @@ LORA_LR_FACTOR = 10
 
 
 def freeze_lower_layers(model: nn.Module, layers: int) -> int:
-    """Freeze the embeddings and the bottom `layers` encoder layers; return the parameters frozen (ch. 8)."""
+    """Freeze the embeddings and the bottom `layers` encoder layers (chapter 8).
+
+    Frozen parameters get no gradient and no optimizer state, and no backward pass
+    runs below the first trained layer. Returns the parameters frozen.
+    """
     _, blocks = find_encoder_layers(model)
     if not 0 <= layers <= len(blocks):
-        raise ValueError(f"freeze_layers must be in [0, {len(blocks)}] for this {len(blocks)}-layer encoder, "
-                         f"got {layers}")
+        raise ValueError(
+            f"freeze_layers must be in [0, {len(blocks)}] for this "
+            f"{len(blocks)}-layer encoder, got {layers}"
+        )
     if layers == 0:
         return 0
     frozen = [p for block in list(blocks)[:layers] for p in block.parameters()]
-    embeddings = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
-    owner = _embeddings_module(model, embeddings)
+    owner = embeddings_module(model, model.get_input_embeddings())
     frozen += list(owner.parameters()) if owner is not None else []
     for param in frozen:
         param.requires_grad_(False)
     return sum(p.numel() for p in {id(p): p for p in frozen}.values())
 
 
-def _embeddings_module(model: nn.Module, word_embeddings: nn.Module | None) -> nn.Module | None:
-    """The module holding the word, position and type embeddings (and their LayerNorm)."""
+def embeddings_module(model: nn.Module, word_embeddings: nn.Module | None) -> nn.Module | None:
+    """The module holding the word, position and type embeddings (and their LayerNorm) (chapter 8)."""
     for name, module in model.named_modules():
         if name.endswith("embeddings") and any(m is word_embeddings for m in module.modules()):
             return module
@@ -65,28 +69,37 @@ def is_head(model: nn.Module, name: str) -> bool:
     return not name.startswith(encoder) or name.startswith(encoder + "pooler.")
 
 
-def apply_lora(model: nn.Module, r: int = 8, alpha: int | None = None, dropout: float = 0.1,
-               target_modules: Iterable[str] | None = None) -> int:
-    """Add LoRA adapters in place; train only them and the head; return the trainable parameters (ch. 8).
+def apply_lora(
+    model: nn.Module,
+    r: int = 8,
+    alpha: int | None = None,
+    dropout: float = 0.1,
+    target_modules: Iterable[str] | None = None,
+) -> int:
+    """Add peft's LoRA adapters in place; train them and the head only (chapter 8).
 
-    The head is everything outside the pretrained encoder (`base_model_prefix`): BERT's classifier,
-    DistilBERT's pre-classifier and classifier, DeBERTa's pooler and classifier; and BERT's pooler, which
-    sits inside the encoder but feeds only the classifier: a checkpoint trained without it (the CPU
-    profile's sentence-transformers MiniLM) has an untrained one. The model stays a transformers model (peft's
-    `inject_adapter_in_model`), so the loop, evaluation and predictions see no difference; `merge_lora`
-    folds the adapters back for saving.
+    The head is everything outside the pretrained encoder, and BERT's pooler, which
+    feeds only the classifier. The model stays a transformers model, so the loop,
+    evaluation and predictions see no difference. Returns the trainable parameters.
     """
     quiet_bitsandbytes_notice()  # peft imports bitsandbytes
     from peft import LoraConfig, inject_adapter_in_model
 
     if not isinstance(r, int) or r < 1:
         raise ValueError(f"lora_r must be an int >= 1, got {r!r}")
-    config = LoraConfig(r=r, lora_alpha=alpha if alpha is not None else 2 * r, lora_dropout=dropout,
-                        target_modules=list(target_modules or lora_target_modules(model)), bias="none")
+    config = LoraConfig(
+        r=r,
+        lora_alpha=alpha if alpha is not None else 2 * r,
+        lora_dropout=dropout,
+        target_modules=list(target_modules or lora_target_modules(model)),
+        bias="none",
+    )
     training = model.training
     inject_adapter_in_model(config, model)
-    model.train(training)  # new modules start in training mode: LoRA's dropout must follow the model's mode
-    for name, param in model.named_parameters():  # the head must learn: the adapters alone cannot
+    # new modules start in training mode: LoRA's dropout must follow the model's mode
+    model.train(training)
+    for name, param in model.named_parameters():
+        # the head must learn: the adapters alone cannot
         param.requires_grad_("lora_" in name or is_head(model, name))
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
 

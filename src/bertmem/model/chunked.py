@@ -1,10 +1,9 @@
-"""Text longer than the encoder's window: overlapping windows, pooled per document (chapter 9).
+"""A classifier for texts longer than the encoder's window: windows read, their logits pooled (chapter 9).
 
-A document's tokens (without special tokens) are cut into windows of `window` positions, [CLS] and [SEP]
-included, that start every `stride` content tokens; the last window ends at the document's last token, so
-every token is in at least one window and none is dropped. The encoder reads each window; the document's
-logits pool the windows' logits (mean, max, or attention: a softmax of learned window scores). Memory per step
-grows with the number of windows, linearly, where one long sequence grows with its square under eager attention."""
+The encoder reads each window (`data.windows` cuts them); the document's logits pool the windows' logits
+(mean, max, or attention: a softmax of learned window scores). `ChunkedClassifier` trains end to end;
+`read_windows`, `pooled_correct` and `fit_scorer` evaluate a trained window classifier. Memory per step grows
+with the number of windows, linearly, where one long sequence grows with its square under eager attention."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Runtime profiles (GPU vs CPU defaults), environment overrides and seeding (all chapters)."""
+"""Tokenizer + sequence classifier from a Hub id, a folder or the offline MiniLM package (chapter 0)."""
 
 from __future__ import annotations
 
