@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import hashlib
 import json
 import os
 import re
@@ -25,6 +24,8 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+from release import dependencies_hash  # a sibling script
 
 ROOT = Path(__file__).resolve().parents[1]
 FREEZE = ROOT / "configs" / "colab" / "pip-freeze.gpu.txt"
@@ -118,7 +119,8 @@ def find_python(name: str) -> str:
 
 
 def pyproject_hash() -> str:
-    return hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()[:16]
+    """pyproject.toml without its version line: the version does not change what pip resolves."""
+    return dependencies_hash()
 
 
 def report(python_version: str, pins: dict[str, str], stack: dict[str, str], added: dict[str, str],
@@ -129,7 +131,8 @@ def report(python_version: str, pins: dict[str, str], stack: dict[str, str], add
     return f"""# Colab's GPU image, rebuilt: does the install cell leave it alone?
 
 Recorded {datetime.date.today().isoformat()} by `make colab-stack` with Python {python_version}, from Colab's
-published freeze (`configs/colab/pip-freeze.gpu.txt`). pyproject.toml sha256: `{pyproject_hash()}`.
+published freeze (`configs/colab/pip-freeze.gpu.txt`).
+pyproject.toml sha256 (without its version line): `{pyproject_hash()}`.
 
 | package | Colab's version | in the rebuilt stack |
 |---|---|---|

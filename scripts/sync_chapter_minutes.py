@@ -74,6 +74,8 @@ def table() -> str:
     matmul = 2 * matrices + 4 * layers * gpu.max_length * hidden
     faster = [str(int(k)) if k.isdigit() else k for k in l4 if l4[k] < a100[k]]  # the assumed shares' order
     l4_card, a100_card = CARDS["L4"], CARDS["A100"]
+    shares = (f"the same {l4_card.utilisation:.0%} share is" if l4_card.utilisation == a100_card.utilisation
+              else f"shares of {l4_card.utilisation:.0%} and {a100_card.utilisation:.0%} are")
     t4, timed = CARDS["T4"], [CARDS[c] for c in MINUTES_CARDS]
     others = ", ".join(f"{card.name} {card.utilisation:.0%}" for card in timed if not card.measured_tflops)
     measured = ", ".join(f"{p} {v:g} TFLOP/s" for p, v in t4.measured_tflops.items())
@@ -95,9 +97,10 @@ def table() -> str:
     if faster:
         where = f"chapter{'s' * (len(faster) > 1)} {', '.join(faster)}"
         note += (f" Where the L4 comes out faster than the A100 ({where}), the order is the "
-                 f"assumption's, not a measurement: the same share is applied to both cards' fp32 peaks "
+                 f"assumption's, not a measurement: {shares} applied to the two cards' fp32 peaks "
                  f"({l4_card.peak_tflops['fp32']:g} against {a100_card.peak_tflops['fp32']:g} TFLOP/s without "
-                 "TF32), while the L4 has about a fifth of the A100's memory bandwidth (300 against 1,555 GB/s; "
+                 "TF32), which count in every chapter because evaluation runs in fp32, while the L4 has about a "
+                 "fifth of the A100's memory bandwidth (300 against 1,555 GB/s; "
                  f"{{cite:p}}`{l4_card.source},{a100_card.source}`).")
     return "\n".join(lines) + "\n" + note
 

@@ -27,9 +27,14 @@ if "google.colab" in sys.modules and importlib.util.find_spec("bertmem") is None
     print(f"pip install {{PACKAGE}}  (Colab's torch and transformers are kept)")
     start = time.perf_counter()
     command = [sys.executable, "-m", "pip", "install", "--disable-pip-version-check"]
-    pip = subprocess.run(
-        command + ["--progress-bar", "off", PACKAGE], capture_output=True, text=True
-    )
+    command += ["--progress-bar", "off"]
+    pip = subprocess.run(command + [PACKAGE], capture_output=True, text=True)
+    package, tag = PACKAGE.rsplit("@", 1)
+    missing = rf"pathspec '{{tag}}' did not match|couldn't find remote ref {{tag}}"
+    if pip.returncode != 0 and re.search(missing, pip.stderr):
+        # a version is tagged when it reaches the default branch: until then, install it
+        print(f"{{tag}} is not tagged yet: installing the default branch instead")
+        pip = subprocess.run(command + [package], capture_output=True, text=True)
     if pip.returncode != 0:
         errors = [x for x in pip.stderr.splitlines() if x.startswith("ERROR")]
         why = (errors or pip.stderr.strip().splitlines() or ["no message"])[-1]

@@ -96,6 +96,32 @@ def test_the_causal_claims_list_names_a_cell_or_source_for_each_claim():
             assert (BOOK / notebook).exists(), row
 
 
+def cited_cells(text: str) -> list[tuple[str, int]]:
+    """Every (notebook, cell index) a claim's support names: "05_x.ipynb cell 13 … and cell 21"."""
+    found = []
+    for notebook, rest in re.findall(r"((?:\d\d|A\d)_\w+\.ipynb)((?:[^|]*?)(?=(?:\d\d|A\d)_\w+\.ipynb|\||$))", text):
+        found += [(notebook, int(k)) for k in re.findall(r"\bcells? (\d+)", rest)]
+    return found
+
+
+def test_every_cell_a_claim_cites_exists_and_a_cited_code_cell_has_outputs():
+    """A cell number that moved when cells were added would send the reader to the wrong cell. A markdown cell
+    may be cited for what it says (a hypothesis so labelled, a source cited there); a code cell for what it
+    printed."""
+    problems = []
+    for line in (BOOK / "CLAIMS.md").read_text(encoding="utf-8").splitlines():
+        for notebook, index in cited_cells(line):
+            cells = json.loads((BOOK / notebook).read_text(encoding="utf-8"))["cells"]
+            if index >= len(cells) or (cells[index]["cell_type"] == "code" and not cells[index].get("outputs")):
+                problems.append(f"{notebook} cell {index}")
+    assert not problems, "cited cells that do not exist or print nothing: " + ", ".join(problems)
+
+
+def test_the_cited_cells_are_read_per_notebook():
+    assert cited_cells("| x | 1 | 05_a.ipynb cell 13 (y) and cell 21 (z); 01_b.ipynb cell 2 |") == [
+        ("05_a.ipynb", 13), ("05_a.ipynb", 21), ("01_b.ipynb", 2)]
+
+
 
 def one_class_rows(notebook: dict) -> list[str]:
     """Rows of Markdown tables in a notebook's outputs whose macro-F1 column is at most 0.5 (two classes)."""

@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import types
 
 import pandas as pd
 import pytest
@@ -430,15 +431,15 @@ def test_an_experiment_reads_its_rows_through_the_prepare_it_is_given(plain_csv)
 
 
 @pytest.mark.parametrize("clipping, max_grad_norm, refused", [
-    (1.0, 1.0, False), (0, None, False), ("auto", 1.0, True), (1.0, 0.5, True), (1.0, None, True)])
+    (1.0, 1.0, False), (0, None, False), (None, None, False), ("auto", 1.0, True), (1.0, 0.5, True),
+    (1.0, None, True), (None, 1.0, True)])
 def test_a_deepspeed_run_refuses_a_clipping_deepspeed_would_not_apply(clipping, max_grad_norm, refused):
     # DeepSpeed clips with its own config's value and Accelerate fills "auto" with 1.0: --max-grad-norm never
     # reaches it, so a mismatch is an error before anything trains
-    import types
-
     from bertmem.loop.accelerate_loop import check_deepspeed_clipping
 
-    plugin = types.SimpleNamespace(deepspeed_config={"gradient_clipping": clipping})
+    settings = {} if clipping is None else {"gradient_clipping": clipping}  # None: the key is missing
+    plugin = types.SimpleNamespace(deepspeed_config=settings)
     accelerator = types.SimpleNamespace(state=types.SimpleNamespace(deepspeed_plugin=plugin))
     config = TrainConfig(max_grad_norm=max_grad_norm)
     if refused:

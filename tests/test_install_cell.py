@@ -15,6 +15,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 
+import release  # noqa: E402
+from release import dependencies_hash  # noqa: E402
 from sync_install_cell import INSTALL, configured_url, install_cell, release_tag  # noqa: E402
 
 
@@ -59,9 +61,11 @@ def test_the_sync_script_rewrites_a_forked_url(tmp_path):
         assert f"git+https://github.com/someone/fork@{release_tag()}" in text and configured_url() not in text
 
 
-def run_cell(monkeypatch, pip_result: subprocess.CompletedProcess, imported: tuple[str, ...] = ()) -> str:
-    """Execute the install cell as Colab would, with pip replaced by `pip_result`; what it printed."""
-    calls = []
+def run_cell(monkeypatch, pip_result: subprocess.CompletedProcess, imported: tuple[str, ...] = (),
+             calls: list | None = None, then: subprocess.CompletedProcess | None = None) -> str:
+    """Execute the install cell as Colab would, with pip replaced by `pip_result` (and `then` for a second call);
+    what it printed."""
+    calls = [] if calls is None else calls
     monkeypatch.setitem(sys.modules, "google.colab", types.ModuleType("google.colab"))
     for name in ("bertmem", "bitsandbytes", "peft"):  # a fresh Colab session has imported none of them
         monkeypatch.delitem(sys.modules, name, raising=False)
@@ -70,7 +74,8 @@ def run_cell(monkeypatch, pip_result: subprocess.CompletedProcess, imported: tup
     real_find_spec = __import__("importlib.util").util.find_spec
     monkeypatch.setattr("importlib.util.find_spec",
                         lambda name, *a: None if name == "bertmem" else real_find_spec(name))
-    monkeypatch.setattr(subprocess, "run", lambda command, **kwargs: calls.append(command) or pip_result)
+    monkeypatch.setattr(subprocess, "run",
+                        lambda command, **kwargs: calls.append(command) or (then if then and calls[1:] else pip_result))
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         exec(install_cell(), {})
@@ -102,15 +107,13 @@ def test_a_failed_install_ends_in_one_sentence_with_the_fix(monkeypatch):
 
 
 def test_the_recorded_colab_stack_result_is_for_this_pyproject_and_passed():
-    """`make colab-stack` records what happened on Colab's image; a changed pyproject.toml needs a new record."""
-    import hashlib
-
+    """`make colab-stack` records what happened on Colab's image; changed dependencies need a new record (a new
+    version number alone does not: it changes nothing pip resolves)."""
     result = ROOT / "results" / "colab-stack.md"
     assert result.is_file(), "run make colab-stack and commit results/colab-stack.md"
     text = result.read_text(encoding="utf-8")
-    recorded = re.search(r"pyproject\.toml sha256: `(\w+)`", text)
-    current = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()[:16]
-    assert recorded and recorded.group(1) == current, "pyproject.toml changed since make colab-stack: run it again"
+    recorded = re.search(r"pyproject\.toml sha256 \(without its version line\): `(\w+)`", text)
+    assert recorded and recorded.group(1) == dependencies_hash(), "pyproject.toml changed since make colab-stack"
     assert "**Replaced, upgraded or downgraded:** nothing" in text
     added = re.search(r"\*\*`pip install` of bertmem added:\*\* (.+)\.", text).group(1)
     assert "bertmem" in added and "torch" not in added and "transformers" not in added
@@ -129,3 +132,92 @@ def test_colab_stack_finds_what_pip_changed():
     assert pins["torch"] == "2.11.0" and pins["transformers"] == "5.15.0" and pins["peft"] == "0.20.0"
     assert not any(name.startswith("nvidia-") for name in pins)  # CUDA libraries follow PyPI's torch build
     assert normalize("Huggingface_Hub") == "huggingface-hub"
+
+
+# The version moves with the source; a release is a tag the install cell can install
+
+def test_the_recorded_version_is_this_source_and_this_pyproject():
+    assert release.problems() == [], "run python scripts/release.py bump"
+    assert release_tag() == "v" + release.read_record()["version"]
+
+
+def fake_project(tmp_path: Path, version: str = "1.2.3") -> tuple[Path, Path, Path]:
+    """A package folder, a pyproject.toml and a record of both, as release.py keeps them."""
+    source = tmp_path / "src" / "bertmem"
+    source.mkdir(parents=True)
+    (source / "loop.py").write_text("def train():\n    return 1\n")
+    pyproject = tmp_path / "pyproject.toml"
+    pyproject.write_text(f'[project]\nname = "bertmem"\nversion = "{version}"\ndependencies = ["torch"]\n')
+    record = tmp_path / "release.json"
+    record.write_text(json.dumps({"version": version, "source_sha256": release.source_hash(source, pyproject)}))
+    return source, pyproject, record
+
+
+def test_a_changed_source_needs_a_new_version(tmp_path):
+    source, pyproject, record = fake_project(tmp_path)
+    assert release.problems(record, source, pyproject) == []
+    (source / "loop.py").write_text("def train():\n    return 2\n")
+    assert "run python scripts/release.py bump" in release.problems(record, source, pyproject)[0]
+    (source / "__pycache__").mkdir()  # caches are not source
+    (source / "__pycache__" / "loop.cpython-313.pyc").write_bytes(b"\0")
+    assert release.source_files(source) == [source / "loop.py"]
+
+
+def test_a_new_version_alone_changes_no_dependency_and_a_new_dependency_does(tmp_path):
+    _, pyproject, _ = fake_project(tmp_path)
+    text = pyproject.read_text()
+    assert dependencies_hash(text) == dependencies_hash(text.replace('"1.2.3"', '"1.3.0"'))
+    assert dependencies_hash(text) != dependencies_hash(text.replace('["torch"]', '["torch", "numpy"]'))
+    assert release.next_version("1.2.3") == "1.2.4" and release.next_version("1.2.3", "minor") == "1.3.0"
+
+
+def test_bump_writes_a_new_version_its_record_and_the_install_cells(tmp_path, monkeypatch):
+    source, pyproject, record = fake_project(tmp_path)
+    (source / "loop.py").write_text("def train():\n    return 2\n")
+    synced = []
+    monkeypatch.setattr(release, "SOURCE", source)
+    monkeypatch.setattr(release, "PYPROJECT", pyproject)
+    monkeypatch.setattr(release, "RECORD", record)
+    monkeypatch.setattr(release.sync_install_cell, "main", lambda: synced.append(True))
+    assert release.bump("minor") == "1.3.0" and synced == [True]
+    assert 'version = "1.3.0"' in pyproject.read_text()
+    assert release.problems(record, source, pyproject, book=tmp_path) == []
+    with pytest.raises(SystemExit, match="nothing changed since version 1.3.0"):
+        release.bump()  # a version is a change of the source, not of the record
+    record.unlink()  # no record yet: the next version after pyproject's
+    assert release.bump() == "1.3.1" and release.read_record(record)["version"] == "1.3.1"
+    with pytest.raises(SystemExit, match="not MAJOR.MINOR.PATCH"):
+        release.next_version("1.0.0rc1")
+
+
+def test_any_other_failure_mentioning_the_tag_still_stops_the_cell(monkeypatch):
+    conflict = subprocess.CompletedProcess([], 1, stdout="", stderr=f"ERROR: Cannot install bertmem @ git+"
+                                           f"{configured_url()}@{release_tag()} because of conflicting dependencies\n")
+    calls = []
+    with pytest.raises(SystemExit, match="pip could not install bertmem"):
+        run_cell(monkeypatch, conflict, calls=calls)
+    assert len(calls) == 1  # no silent install of another source
+
+
+def test_a_version_not_yet_tagged_installs_the_default_branch_and_says_so(monkeypatch):
+    missing = subprocess.CompletedProcess([], 1, stdout="", stderr=f"error: pathspec '{release_tag()}' did not match "
+                                          "any file(s) known to git\nERROR: git checkout did not run successfully\n")
+    ok = subprocess.CompletedProcess([], 0, stdout="Successfully installed bertmem-0.3.0\n", stderr="")
+    calls = []
+    printed = run_cell(monkeypatch, missing, calls=calls, then=ok)
+    assert f"{release_tag()} is not tagged yet: installing the default branch" in printed
+    assert len(calls) == 2 and calls[1][-1] == f"bertmem @ git+{configured_url()}" and "installed: bertmem" in printed
+
+
+@pytest.mark.slow
+def test_the_release_workflow_steps_give_the_tag_and_a_wheel_of_this_version(tmp_path):
+    """What .github/workflows/release.yml runs, here (offline: the build backend already installed)."""
+    workflow = (ROOT / ".github" / "workflows" / "release.yml").read_text(encoding="utf-8")
+    assert "python scripts/release.py check" in workflow
+    assert "python -m pip wheel --no-deps --wheel-dir dist ." in workflow
+    tag = subprocess.run([sys.executable, "scripts/release.py", "check"], cwd=ROOT, capture_output=True, text=True)
+    assert tag.returncode == 0 and tag.stdout.strip() == release_tag(), tag.stderr
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--wheel-dir",
+                    str(tmp_path), str(ROOT)], check=True, capture_output=True)
+    wheels = list(tmp_path.glob("bertmem-*.whl"))
+    assert [w.name.split("-")[1] for w in wheels] == [release_tag()[1:]]

@@ -98,3 +98,12 @@ def test_runs_go_where_colabs_file_browser_shows_them(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "google.colab", types.ModuleType("google.colab"))
     on_colab = output_folder("a1", colab_root=tmp_path / "content" / "bertmem-runs")
     assert on_colab == tmp_path / "content" / "bertmem-runs" / "a1" and on_colab.is_dir()
+
+
+def test_the_setup_line_names_what_the_environment_set_and_nothing_the_chapter_does_not_read():
+    chosen = get_profile("cpu", env={"BERTMEM_DATASET": "sst2", "BERTMEM_MAX_LENGTH": "64"})
+    assert chosen.overridden == {"dataset", "max_length"}
+    assert chosen.describe().endswith("(set by the environment: dataset, max_length)")
+    plain = get_profile("cpu", env={})
+    assert plain.overridden == frozenset() and "set by the environment" not in plain.describe()
+    assert "dataset=" not in plain.describe() and "dataset=imdb" in plain.defaults_line()

@@ -3,13 +3,22 @@ tables and plots. Nothing in the library imports it.
 """
 
 from bertmem.book.bench_info import estimated_minutes, recorded_bench
-from bertmem.book.chapters import ChapterSettings, chapter_bench, chapter_settings, setup_line
+from bertmem.book.chapters import (
+    LONG_TEXT_RUNS,
+    ChapterSettings,
+    chapter_bench,
+    chapter_dataset,
+    chapter_settings,
+    data_line,
+    setup_line,
+)
 from bertmem.book.demos import launch_two_processes, scaled_run, synthetic_batch, synthetic_batches, tiny_training_run
 from bertmem.book.messy import MESSY_FILES, try_loading, write_corpus
 from bertmem.book.plots import as_table, plot_memory_breakdown, plot_step_timeline, plot_token_lengths
 from bertmem.book.published import SEED_TABLE, comparison, fit_margin, published_rows, tensor_peak_mib
 
-__all__ = ["ChapterSettings", "MESSY_FILES", "SEED_TABLE", "as_table", "chapter_bench", "chapter_settings",
-    "comparison", "estimated_minutes", "fit_margin", "launch_two_processes", "plot_memory_breakdown",
-    "plot_step_timeline", "plot_token_lengths", "published_rows", "recorded_bench", "scaled_run", "setup_line",
-    "synthetic_batch", "synthetic_batches", "tensor_peak_mib", "tiny_training_run", "try_loading", "write_corpus"]
+__all__ = ["ChapterSettings", "LONG_TEXT_RUNS", "MESSY_FILES", "SEED_TABLE", "as_table", "chapter_bench",
+    "chapter_dataset", "chapter_settings", "comparison", "data_line", "estimated_minutes", "fit_margin",
+    "launch_two_processes", "plot_memory_breakdown", "plot_step_timeline", "plot_token_lengths", "published_rows",
+    "recorded_bench", "scaled_run", "setup_line", "synthetic_batch", "synthetic_batches", "tensor_peak_mib",
+    "tiny_training_run", "try_loading", "write_corpus"]

@@ -14,7 +14,7 @@ from typing import Callable
 
 import pandas as pd
 
-from bertmem.data.frames import read_labelled
+from bertmem.data.frames import PrepareFrame, prepare_frame, read_labelled
 
 REVIEWS = ["A warm, funny film.", "Dull and far too long.", "I loved the music.", "The plot made no sense.",
            "Great acting, weak ending.", "Not worth the ticket."]
@@ -210,12 +210,12 @@ def write_corpus(folder: Path) -> list[Path]:
     return paths
 
 
-def try_loading(messy: MessyFile, folder: Path) -> dict:
-    """Load one messy file through the package's reader; what happened, as a table row (chapter A1)."""
+def try_loading(messy: MessyFile, folder: Path, prepare: PrepareFrame = prepare_frame) -> dict:
+    """Load one messy file through the package's reader and `prepare`; what happened, as a table row (ch. A1)."""
 
     options = {"text_column": "text", "label_column": "label", **messy.options}
     try:
-        frame = read_labelled(Path(folder) / messy.name, **options)
+        frame = read_labelled(Path(folder) / messy.name, prepare=prepare, **options)
     except (ValueError, FileNotFoundError) as error:
         return {"file": messy.name, "kind": messy.kind, "result": "refused", "detail": str(error)}
     return {"file": messy.name, "kind": messy.kind, "result": "loaded",

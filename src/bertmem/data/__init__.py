@@ -8,6 +8,7 @@ from bertmem.data.files import ReadReport, read_table
 from bertmem.data.frames import (
     TRUNCATIONS,
     EncodedDataset,
+    PrepareFrame,
     content_tokens,
     load_text_classification,
     make_loader,
@@ -32,8 +33,8 @@ from bertmem.data.windows import (
     window_starts,
 )
 
-__all__ = ["DataConfig", "EncodedDataset", "LengthGroupedBatchSampler", "ReadReport", "TRUNCATIONS", "Windows",
-    "build_loaders", "check_window", "checked_texts", "content_tokens", "default_stride", "find_column", "join_windows",
-    "load_frames", "load_text_classification", "long_subset", "make_loader", "normalize_labels", "pad_windows",
-    "padding_share", "prepare_frame", "read_labelled", "read_split", "read_table", "split_windows", "subsample",
-    "token_length_stats", "tokenize_frame", "window_count", "window_loader", "window_starts"]
+__all__ = ["DataConfig", "EncodedDataset", "LengthGroupedBatchSampler", "PrepareFrame", "ReadReport", "TRUNCATIONS",
+    "Windows", "build_loaders", "check_window", "checked_texts", "content_tokens", "default_stride", "find_column",
+    "join_windows", "load_frames", "load_text_classification", "long_subset", "make_loader", "normalize_labels",
+    "pad_windows", "padding_share", "prepare_frame", "read_labelled", "read_split", "read_table", "split_windows",
+    "subsample", "token_length_stats", "tokenize_frame", "window_count", "window_loader", "window_starts"]

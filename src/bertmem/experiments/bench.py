@@ -126,8 +126,7 @@ def fit_check(bench: BenchConfig, model, run: RunConfig, data: DataConfig, confi
     return f"does not fit (estimated {needed / 1e9:.1f} GB > {budget / 1e9:.1f} GB)"
 
 
-def variant_measure(bench: BenchConfig, variant: str, run: RunConfig, data: DataConfig, config: TrainConfig,
-                    row: dict[str, Any]):
+def variant_measure(bench: BenchConfig, run: RunConfig, data: DataConfig, config: TrainConfig):
     """What chapter 5 records before a variant trains: the fit check, then one step's bytes on the widest
     micro-batch; the variant's model is prepared (levers, checkpointing) and placed as its training needs."""
     def measure(model, tokenizer, loaders) -> dict[str, Any]:
@@ -157,7 +156,7 @@ def run_variant(bench: BenchConfig, variant: str, frames, peak_tflops: dict[str,
     row = {"variant": variant, "micro-batch": data.micro_batch, "accumulation steps": config.accumulation_steps,
            "precision": precision, "attention": run.attention,
            "padding": "dynamic, length-grouped" if data.group_by_length else f"to {data.max_length}"}
-    done = fit_arm(variant, (run, data, config), frames, loop, variant_measure(bench, variant, run, data, config, row))
+    done = fit_arm(variant, (run, data, config), frames, loop, variant_measure(bench, run, data, config))
     if done.note is not None:
         return {**row, "accuracy": float("nan"), "note": done.note}
     report, result, device = done.measured["report"], done.result, torch.device(run.device)

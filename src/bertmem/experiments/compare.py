@@ -73,4 +73,3 @@ def fit_arm(name: str, arm: Arm, frames, loop: Callable = train, measure: Measur
         del model
         empty_cache(torch.device(run.device or "cpu"))
     return done
-

@@ -100,7 +100,8 @@ def run_levers(run: RunConfig, data: DataConfig, recipes: dict[str, TrainConfig]
         recipe = dataclasses.replace(recipes[lever], seed=seed)
         done = fit_arm(lever, (run, data, recipe), frames, loop, measure_once(lever, recipe, seed))
         if done.note is not None:
-            raise RuntimeError(f"{lever} (seed {seed}): {done.note}; give the levers a smaller micro-batch")
+            raise RuntimeError(f"{lever} (seed {seed}): {done.note}; give the levers a smaller micro-batch "
+                               "(DataConfig.micro_batch, BERTMEM_MICRO_BATCH)")
         result = done.result
         runs[lever].append({"accuracy": result.final_metrics["accuracy"],
                             "macro_f1": result.final_metrics["macro_f1"],

@@ -77,10 +77,11 @@ def check_deepspeed_clipping(accelerator, config: TrainConfig) -> None:
         return
     clipping = plugin.deepspeed_config.get("gradient_clipping")
     if clipping == "auto" or (clipping or None) != config.max_grad_norm:
+        flag = "none" if not clipping else clipping  # --max-grad-norm takes a number > 0, or none
+        other = "" if clipping == "auto" else f", or pass --max-grad-norm {flag}"
         raise ValueError(f"the DeepSpeed config clips gradients at {clipping!r} and the recipe at "
                          f"{config.max_grad_norm}; DeepSpeed applies only its own value: set gradient_clipping "
-                         f"in the DeepSpeed config to {config.max_grad_norm or 0} (0: no clipping), or pass "
-                         "the config's value as --max-grad-norm")
+                         f"in the DeepSpeed config to {config.max_grad_norm or 0} (0: no clipping){other}")
 
 
 def train_with_accelerate(model: torch.nn.Module, train_loader, config: TrainConfig, eval_loader=None,

@@ -43,8 +43,9 @@ def capture_rng() -> dict[str, Any]:
              "numpy": {"name": name, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
                        "has_gauss": int(has_gauss), "cached_gaussian": float(cached)},
              "torch": torch.get_rng_state()}
-    if cuda_rng_state() is not None:
-        state["cuda"] = cuda_rng_state()
+    cuda = cuda_rng_state()
+    if cuda is not None:
+        state["cuda"] = cuda
     return state
 
 

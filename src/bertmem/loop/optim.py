@@ -119,7 +119,7 @@ def make_optimizer(
         return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, fused=fused)
     if name == "adamw8bit":
         quiet_bitsandbytes_notice()
-        import bitsandbytes as bnb  # optional: only this optimizer needs it
+        import bitsandbytes as bnb  # imported here: slow to import, and only this optimizer uses it
 
         return bnb.optim.AdamW8bit(params, lr=lr, weight_decay=weight_decay)
     if name == "adafactor":

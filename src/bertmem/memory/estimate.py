@@ -148,8 +148,8 @@ def _fake_step(config_or_model_id, batch_size: int, seq_len: int, attention: str
     with torch.device("meta"):
         model = AutoModelForSequenceClassification.from_config(config, attn_implementation=attention)
         # the levers and checkpointing exactly as a real run prepares them (on meta: peft's layers need real shapes)
-        levers = TrainConfig(lora_r=lora_r, freeze_layers=freeze_layers, gradient_checkpointing=gradient_checkpointing)
-        prepare_model(model, levers)
+        recipe = TrainConfig(lora_r=lora_r, freeze_layers=freeze_layers, gradient_checkpointing=gradient_checkpointing)
+        prepare_model(model, recipe)
     with (FakeTensorMode(allow_non_fake_inputs=True), _cuda_like_kernels(attention, device),
           _longformer_global_cls(config)):
         model.to_empty(device="cpu")
