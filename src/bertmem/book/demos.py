@@ -55,27 +55,45 @@ def adamw_step_change(micro_sizes: list[int], lr: float, seed: int = 0) -> torch
     return torch.cat([p.detach().flatten() for p in tiny.parameters()]) - before
 
 
-def scaled_run(precision: str, steps: int = 40, ffn_scale: float = 1.0, init_scale: float = 2.0**16,
-               growth_interval: int = 10, micro_sizes: tuple[int, ...] = (8, 8), lr: float = 1e-3,
-               clip: float | None = None) -> tuple[list[float], list[float]]:
-    """A tiny BERT trained by chapter 3's `mixed_precision_step` on random batches: scale trace, losses (ch. 3, 6).
+def scaled_run(
+    precision: str,
+    steps: int = 40,
+    ffn_scale: float = 1.0,
+    init_scale: float = 2.0**16,
+    growth_interval: int = 10,
+    micro_sizes: tuple[int, ...] = (8, 8),
+    lr: float = 1e-3,
+    clip: float | None = None,
+) -> tuple[list[float], list[float]]:
+    """A tiny BERT trained by chapter 3's `mixed_precision_step`: scale trace, losses.
 
-    `ffn_scale` multiplies every feed-forward weight: large values overflow fp16 in the forward pass.
+    `ffn_scale` multiplies every feed-forward weight: large values overflow fp16 in the
+    forward pass (chapters 3, 6).
     """
     if precision not in ("fp32", "bf16", "fp16"):
-        raise ValueError(f"precision must be 'fp32', 'bf16' or 'fp16', got {precision!r}")
+        raise ValueError(
+            f"precision must be 'fp32', 'bf16' or 'fp16', got {precision!r}"
+        )
     tiny = tiny_classifier(seed=0)
     with torch.no_grad():
         for layer in tiny.bert.encoder.layer:
             layer.intermediate.dense.weight.mul_(ffn_scale)
     optimizer = torch.optim.AdamW(tiny.parameters(), lr=lr)
-    scaler = torch.amp.GradScaler("cpu", init_scale=init_scale, growth_interval=growth_interval,
-                                  enabled=precision == "fp16")
+    scaler = torch.amp.GradScaler(
+        "cpu",
+        init_scale=init_scale,
+        growth_interval=growth_interval,
+        enabled=precision == "fp16",
+    )
     generator, scales, losses = torch.Generator().manual_seed(0), [], []
     for _ in range(steps):
         data = synthetic_batch(sum(micro_sizes), generator=generator)
-        losses.append(mixed_precision_step(tiny, split_batch(data, list(micro_sizes)), optimizer, scaler,
-                                           DTYPES[precision], max_grad_norm=clip))
+        window = split_batch(data, list(micro_sizes))
+        losses.append(
+            mixed_precision_step(
+                tiny, window, optimizer, scaler, DTYPES[precision], max_grad_norm=clip
+            )
+        )
         scales.append(scaler.get_scale())
     return scales, losses
 

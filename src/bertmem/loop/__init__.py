@@ -7,6 +7,7 @@ from bertmem.loop.accelerate_loop import shard_with_fsdp2, train_with_accelerate
 from bertmem.loop.accumulation import (
     backward_window,
     backward_with_backoff,
+    count_items,
     is_out_of_memory,
     loss_weights,
     plan_for,
@@ -24,6 +25,7 @@ from bertmem.loop.combined import (
     prepare_run,
     prepare_trainable,
     train,
+    use_fused_adamw,
 )
 from bertmem.loop.config import RunConfig, TrainConfig
 from bertmem.loop.hf_trainer import train_with_trainer, trainer_first_step
@@ -39,23 +41,26 @@ from bertmem.loop.optim import (
     seed_article_param_groups,
 )
 from bertmem.loop.precision import (
+    DTYPES,
     NonFiniteError,
     PrecisionChoice,
     autocast_context,
     check_finite,
     choose_precision,
     diagnose_scale_trace,
+    mixed_precision_step,
     pure_half,
     skipped_steps,
     trace_op_dtypes,
 )
 from bertmem.loop.resume import RunState
 
-__all__ = ["EMBEDDINGS", "HEAD", "Levers", "NonFiniteError", "OPTIMIZER_NAMES", "PACKAGE_LEVERS", "PrecisionChoice",
-    "RunConfig", "RunState", "TrainConfig", "TrainResult", "autocast_context", "backward_window",
-    "backward_with_backoff", "check_finite", "choose_precision", "diagnose_scale_trace", "evaluate",
+__all__ = ["DTYPES", "EMBEDDINGS", "HEAD", "Levers", "NonFiniteError", "OPTIMIZER_NAMES", "PACKAGE_LEVERS",
+    "PrecisionChoice", "RunConfig", "RunState", "TrainConfig", "TrainResult", "autocast_context", "backward_window",
+    "backward_with_backoff", "check_finite", "choose_precision", "count_items", "diagnose_scale_trace", "evaluate",
     "evaluate_into", "group_lr_scale", "is_out_of_memory", "layer_assignment", "layerwise_param_groups",
-    "loss_weights", "make_optimizer", "make_optimizer_and_scheduler", "no_weight_decay", "plan_for",
-    "prepare_model", "prepare_run", "prepare_trainable", "pure_half", "seed_article_param_groups",
+    "loss_weights", "make_optimizer", "make_optimizer_and_scheduler", "mixed_precision_step", "no_weight_decay",
+    "plan_for", "prepare_model", "prepare_run", "prepare_trainable", "pure_half", "seed_article_param_groups",
     "shard_with_fsdp2", "skipped_steps", "split_batch", "split_evenly", "sync_context", "trace_op_dtypes", "train",
-    "train_baseline", "train_with_accelerate", "train_with_trainer", "trainer_first_step", "windows"]
+    "train_baseline", "train_with_accelerate", "train_with_trainer", "trainer_first_step", "use_fused_adamw",
+    "windows"]

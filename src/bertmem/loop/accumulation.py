@@ -111,7 +111,7 @@ def count_items(micro: dict, weighting: str = "examples") -> int:
 
 
 def loss_weights(window: list, weighting: str = "examples") -> list[float]:
-    """Each micro-batch's share of the window, so the summed gradient is the mean over the effective batch."""
+    """Each micro-batch's share of the window: the weighted losses sum to the mean."""
     counts = [count_items(micro, weighting) for micro in window]
     total = sum(counts)
     if total == 0:

@@ -39,20 +39,27 @@ class Levers(NamedTuple):
 PACKAGE_LEVERS = Levers()  # the package's own: what every run uses unless it is given others
 
 
-def make_optimizer_and_scheduler(model: torch.nn.Module, config: TrainConfig, total_steps: int,
-                                 levers: Levers = PACKAGE_LEVERS):
-    """AdamW (or chapter 8's choice; one group or chapter 4's layer-wise groups), warmup/decay (chapter 0)."""
-    from transformers import get_linear_schedule_with_warmup
-
+def make_optimizer_and_scheduler(
+    model: torch.nn.Module,
+    config: TrainConfig,
+    total_steps: int,
+    levers: Levers = PACKAGE_LEVERS,
+):
+    """The optimizer over one group or chapter 4's layer-wise groups, and the schedule:
+    linear warmup over `warmup_ratio` of the optimizer steps, then linear decay to 0."""
+    from transformers import get_linear_schedule_with_warmup  # slow: imported per run
 
     if config.layerwise_decay is None:
         params = [p for p in model.parameters() if p.requires_grad]
     else:
-        params = layerwise_param_groups(model, config.learning_rate, config.layerwise_decay, config.weight_decay)
+        params = layerwise_param_groups(
+            model, config.learning_rate, config.layerwise_decay, config.weight_decay
+        )
     fused = config.optimizer == "adamw" and use_fused_adamw(config, model)
-    optimizer = levers.make_optimizer(params, config.optimizer, config.learning_rate, config.weight_decay,
-                                      fused=fused)
-    warmup = math.ceil(config.warmup_ratio * total_steps)
+    optimizer = levers.make_optimizer(
+        params, config.optimizer, config.learning_rate, config.weight_decay, fused=fused
+    )
+    warmup = math.ceil(config.warmup_ratio * total_steps)  # counted in optimizer steps
     return optimizer, get_linear_schedule_with_warmup(optimizer, warmup, total_steps)
 
 

@@ -16,7 +16,11 @@ EMBEDDINGS = "embeddings"
 
 
 def layer_assignment(model: nn.Module) -> dict[str, str]:
-    """Map every trainable parameter name to 'embeddings', 'layer.<k>' (1 = bottom) or 'head' (chapter 4)."""
+    """Each trainable parameter's group: 'embeddings', 'layer.<k>' (1: bottom), 'head'.
+
+    The layers are found from the model's structure (chapter 4), so any BERT-family
+    encoder works; a parameter that fits no group is an error, never a silent default.
+    """
     layers_name, layers = find_encoder_layers(model)
     container = layers_name.rsplit(".", 1)[0] if "." in layers_name else ""
     base = getattr(model, "base_model", model)
@@ -26,19 +30,23 @@ def layer_assignment(model: nn.Module) -> dict[str, str]:
         if not param.requires_grad:
             continue
         if name.startswith(layers_name + "."):
-            index = int(name[len(layers_name) + 1:].split(".", 1)[0])
+            index = int(name[len(layers_name) + 1 :].split(".", 1)[0])
             assignment[name] = f"layer.{index + 1}"
         elif base_prefix and not name.startswith(base_prefix + "."):
-            assignment[name] = HEAD  # classifier and other task-specific modules outside the backbone
+            assignment[name] = HEAD  # the classifier: outside the pretrained backbone
         elif ".pooler." in f".{name}" or name.startswith("pooler."):
             assignment[name] = HEAD
-        elif "embed" in name.lower() or (container and name.startswith(container + ".")):
-            # word/position/type embeddings and their LayerNorm; DeBERTa's shared relative-position
-            # embeddings (and their LayerNorm) sit in the encoder, below every layer
+        elif "embed" in name.lower() or (
+            container and name.startswith(container + ".")
+        ):
+            # word/position/type embeddings and their LayerNorm; DeBERTa's relative-
+            # position embeddings sit in the encoder, below every layer
             assignment[name] = EMBEDDINGS
         else:
-            raise ValueError(f"cannot assign parameter {name!r} to the embeddings, an encoder layer or the head: "
-                             "freeze it (requires_grad=False) or extend bertmem.loop.optim.layer_assignment")
+            raise ValueError(
+                f"cannot assign parameter {name!r} to the embeddings, an encoder layer "
+                "or the head: freeze it (requires_grad=False) or extend this function"
+            )
     return assignment
 
 

@@ -105,8 +105,8 @@ def read_windows(classifier: nn.Module, batches) -> WindowReading:
     """
     classifier.eval()
     device = next(classifier.parameters()).device
-    parts: dict[str, list[torch.Tensor]] = {name: [] for name in
-                                            ("logits", "vectors", "document", "labels")}
+    names = ("logits", "vectors", "document", "labels")
+    parts: dict[str, list[torch.Tensor]] = {name: [] for name in names}
     for batch in batches:
         out = classifier(
             input_ids=batch["input_ids"].to(device),
@@ -118,7 +118,9 @@ def read_windows(classifier: nn.Module, batches) -> WindowReading:
         parts["vectors"].append(out.hidden_states[-1][:, 0].float().cpu())
         parts["document"].append(batch["document"] + offset)
         parts["labels"].append(batch["labels"])
-    return WindowReading(**{name: torch.cat(tensors) for name, tensors in parts.items()})
+    return WindowReading(
+        **{name: torch.cat(tensors) for name, tensors in parts.items()}
+    )
 
 
 @torch.no_grad()
