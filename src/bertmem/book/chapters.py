@@ -151,10 +151,15 @@ class Run:
     recompute: float = 1.0  # 4/3 with gradient checkpointing (the forward runs twice)
 
 
+# The settings each chapter's runs read (`chapter_settings` keys); chapters 1, 2 and 7 read a few dozen examples of
+# the profile's dataset, A1 the reader's own file.
+CHAPTER_RUNS = {"00": ("00",), "03": ("03",), "04": ("04",), "05": ("05",), "06": ("06-warmup", "06-truncation"),
+                "08": ("08",), "09": ("09",)}
+
+
 def chapter_runs(profile: Profile) -> dict[str, list[Run]]:
     """The fine-tunes each chapter executes under a profile, as its notebook runs them (intro, setup cells)."""
-    settings = {c: chapter_settings(c, profile) for c in ("00", "03", "04", "05", "06-warmup", "06-truncation",
-                                                          "08", "09")}
+    settings = {key: chapter_settings(key, profile) for keys in CHAPTER_RUNS.values() for key in keys}
     data = {c: s.data for c, s in settings.items()}
     precision = {c: s.recipe.precision for c, s in settings.items()}
     rounds = {c: len(s.seeds) for c, s in settings.items()}  # the bench runs every variant once per seed
@@ -222,12 +227,6 @@ def chapter_minutes(profile: Profile, num_params: int, card: Card, utilisation: 
     return {chapter: cpu.get(chapter, 1.0) + MODEL_LOAD_SECONDS / 60
             + sum(run_seconds(r, num_params, card, utilisation) for r in runs) / 60
             for chapter, runs in chapter_runs(profile).items()}
-
-
-# The settings each chapter's runs read (`chapter_settings` keys); chapters 1, 2 and 7 read a few dozen examples of
-# the profile's dataset, A1 the reader's own file.
-CHAPTER_RUNS = {"00": ("00",), "03": ("03",), "04": ("04",), "05": ("05",), "06": ("06-warmup", "06-truncation"),
-                "08": ("08",), "09": ("09",)}
 
 
 def data_line(chapter: str, profile: Profile) -> str:
