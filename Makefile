@@ -88,9 +88,10 @@ bench-stability: install
 gpu-check: install
 	$(PY) scripts/gpu_check.py --output results/gpu
 
-# Chapter 5's table: the seed's four rows, checkpointing and LoRA on this machine's profile, three seeds, paired
+# Chapter 5's table: the article's four rows, checkpointing and LoRA on this machine's profile, three seeds, paired
 # accuracy intervals (CPU: ~100 min on 2 cores; the committed src/bertmem/recorded/bench-cpu.json is one such run),
-# plus the estimated bert-base table; writes results/bench/bench.{json,md}. BENCH_ARGS="--train-size 400" etc.
+# plus the estimated bert-base table; writes results/bench/bench.{json,md} and keeps each finished (variant, seed)
+# in results/bench/finished, so a rerun continues where a stop left it. BENCH_ARGS="--train-size 400" etc.
 # The results table at full size on a large GPU: BERTMEM_PROFILE=full make bench (all of IMDb, 2 epochs, batch 32).
 bench: install
 	$(PY) -m bertmem bench --output-dir results/bench $(BENCH_ARGS)

@@ -4,7 +4,7 @@ import dataclasses
 
 import pytest
 
-from bertmem.cli import build_parser, main
+from bertmem.cli import build_parser, main, run_from_flags
 from bertmem.core.flags import config_from_flags, flag_fields, flag_name
 from bertmem.data.loaders import DataConfig
 from bertmem.experiments.bench import BenchConfig
@@ -32,11 +32,12 @@ def test_train_flags_build_the_three_configs_with_the_profiles_defaults():
                                           "--no-group-by-length", "--max-grad-norm", "0",
                                           "--layerwise-decay", "0.9", "--gradient-checkpointing"])
     profile = get_profile()
-    data, recipe, run = (config_from_flags(c, args) for c in (DataConfig, TrainConfig, RunConfig))
+    data, recipe = (config_from_flags(c, args) for c in (DataConfig, TrainConfig))
     assert data == profile.data_config(train_size=None, group_by_length=False)
     assert recipe == profile.train_config(learning_rate=3e-5, max_grad_norm=None,
                                               layerwise_decay=0.9, gradient_checkpointing=True)
-    assert run == profile.run_config(output_dir="out")
+    assert run_from_flags(args, profile) == profile.run_config(output_dir="out",
+                                                               checkpoint_minutes=profile.checkpoint_minutes)
 
 
 def test_train_defaults_a_reader_relies_on():

@@ -91,13 +91,33 @@ def test_runs_go_where_colabs_file_browser_shows_them(tmp_path, monkeypatch):
     import sys
     import types
 
-    from bertmem.core.runtime import output_folder
+    from bertmem.core.runtime import output_folder, where_runs_live
 
     elsewhere = output_folder("a1")
     assert elsewhere.is_dir() and "bertmem-a1" in elsewhere.name and not str(elsewhere).startswith(str(tmp_path))
+    assert "reset" not in where_runs_live(elsewhere)  # not on Colab: nothing to warn about
     monkeypatch.setitem(sys.modules, "google.colab", types.ModuleType("google.colab"))
-    on_colab = output_folder("a1", colab_root=tmp_path / "content" / "bertmem-runs")
-    assert on_colab == tmp_path / "content" / "bertmem-runs" / "a1" and on_colab.is_dir()
+    content = tmp_path / "content"
+    on_colab = output_folder("a1", content=content)
+    assert on_colab == content / "bertmem-runs" / "a1" and on_colab.is_dir()
+    assert "wipes" in where_runs_live(on_colab, content) and "drive.mount" in where_runs_live(on_colab, content)
+
+
+def test_with_drive_mounted_runs_go_where_a_reset_cannot_reach_them(tmp_path, monkeypatch):
+    """A faked Colab: /content/drive/MyDrive present -> runs go to Drive, and the sentence says a reset cannot
+    reach them; a folder elsewhere on the runtime is still called wiped."""
+    import sys
+    import types
+
+    from bertmem.core.runtime import output_folder, where_runs_live
+
+    monkeypatch.setitem(sys.modules, "google.colab", types.ModuleType("google.colab"))
+    content = tmp_path / "content"
+    (content / "drive" / "MyDrive").mkdir(parents=True)
+    folder = output_folder("bench", content=content)
+    assert folder == content / "drive" / "MyDrive" / "bertmem-runs" / "bench" and folder.is_dir()
+    assert "cannot reach" in where_runs_live(folder, content)
+    assert "wipes" in where_runs_live(content / "runs", content)
 
 
 def test_the_setup_line_names_what_the_environment_set_and_nothing_the_chapter_does_not_read():

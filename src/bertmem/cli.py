@@ -5,8 +5,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from bertmem.core.flags import add_config_flags, config_from_flags
+from bertmem.core.locks import lock_output_folder
+from bertmem.core.runtime import colab_runs_root, on_colab, where_runs_live
 from bertmem.core.units import GIB
 from bertmem.memory.planner import PlanRequest
 from bertmem.profiles import get_profile
@@ -33,7 +36,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_config_flags(t, TrainConfig, profile.train_config())
     b = sub.add_parser("bench", allow_abbrev=False, help="the recipe variants side by side -> bench.json and bench.md")
     add_config_flags(b, BenchConfig, profile.bench_config())
-    b.add_argument("--output-dir", default="results/bench", help="folder for bench.json and bench.md")
+    b.add_argument("--output-dir", default="auto", help="folder for bench.json, bench.md and each finished run "
+                   "(a rerun skips those); auto: results/bench, on Colab bertmem-runs/bench on Google Drive when "
+                   "it is mounted (default: auto)")
+    b.add_argument("--overwrite", action="store_true", help="start over: drop the finished runs in OUTPUT_DIR")
     b.add_argument("--no-estimate", action="store_true", help="skip the estimated bert-base table")
     p = sub.add_parser("plan", allow_abbrev=False,
                        help="the largest micro-batch that fits a memory budget (estimated, no GPU needed)")
@@ -69,39 +75,89 @@ def train_main(args: argparse.Namespace) -> dict:
     """Build RunConfig, DataConfig and TrainConfig from the flags and run one experiment."""
     from bertmem.data.loaders import DataConfig
     from bertmem.experiments.run import run_experiment
-    from bertmem.loop.config import RunConfig, TrainConfig
+    from bertmem.loop.config import TrainConfig
 
     if not args.output_dir:
         raise ValueError("bertmem train needs --output-dir: the folder its results go to")
-    run = config_from_flags(RunConfig, args)  # checkpoints, if any, live in the output folder
+    run = run_from_flags(args, get_profile())  # checkpoints, if any, live in the output folder
     data = config_from_flags(DataConfig, args)
     config = config_from_flags(TrainConfig, args)
+    if run.checkpoint_dir:
+        where = where_runs_live(Path(run.output_dir).absolute())
+        print(f"bertmem train: {checkpoint_plan(run)}; {where}", file=sys.stderr, flush=True)
     summary = run_experiment(run, data, config)
-    if summary["rank"] == 0:
-        print(json.dumps({"output_dir": args.output_dir, **summary["final"]}))
+    if summary["rank"] != 0:
+        return summary
+    saved = summary["checkpoints"]
+    if saved["saves"]:
+        share = saved["share"]
+        advice = (": raise --checkpoint-minutes or --checkpoint-every to save less often"
+                  if saved["periodic_share"] > CHECKPOINT_SHARE_WARNING else "")
+        print(f"bertmem train: {saved['saves']} checkpoints took {saved['time_s']:.1f} s, {100 * share:.1f} % of "
+              f"the time spent training and saving{advice}", file=sys.stderr)
+    print(json.dumps({"output_dir": args.output_dir, **summary["final"]}))
     return summary
+
+
+def run_from_flags(args: argparse.Namespace, profile):
+    """`bertmem train`'s RunConfig, with `--checkpoint-minutes auto` resolved from the profile (chapter 5)."""
+    from bertmem.loop.config import RunConfig
+
+    minutes = checkpoint_minutes(args.checkpoint_minutes, args.backend, profile)
+    return config_from_flags(RunConfig, args, checkpoint_minutes=minutes)
+
+
+def checkpoint_minutes(asked: float | str | None, backend: str, profile) -> float | None:
+    """--checkpoint-minutes auto: the profile's (15 on the GPU profiles) for bertmem's own loop; the other
+    backends keep their own checkpoints (chapter 5)."""
+    if asked != "auto":
+        return asked
+    return profile.checkpoint_minutes if backend == "plain" else None
+
+
+CHECKPOINT_SHARE_WARNING = 0.1  # a larger share of training and saving time gets a hint
+
+
+def checkpoint_plan(run) -> str:
+    """'checkpoints every 15 minutes, every 50 steps and at each epoch's end' for a run that keeps them (ch. 5)."""
+    when = [f"every {run.checkpoint_minutes:g} minutes"] if run.checkpoint_minutes else []
+    when += [f"every {run.checkpoint_every} steps"] if run.checkpoint_every else []
+    return f"checkpoints {', '.join(when + ['at each epoch end and on Ctrl-C or SIGTERM'])}"
 
 
 def bench_main(args: argparse.Namespace) -> dict:
     """Run the variants, add the bert-base estimate, print and save the tables."""
     from bertmem.book.bench_info import long_run_warning, write_bench
     from bertmem.core.devices import device_name
-    from bertmem.experiments.bench import BenchConfig, run_bench
+    from bertmem.experiments.bench import BenchConfig, FinishedRuns, run_bench
     from bertmem.memory.planner import estimated_rows
 
     bench = config_from_flags(BenchConfig, args)
+    folder = bench_folder(args.output_dir)
     if bench.device.startswith("cuda"):  # say how long before hours of GPU time begin
         import torch
 
         warning = long_run_warning(bench, device_name(torch.device(bench.device)))
         if warning:
             print(f"note: {warning}", file=sys.stderr, flush=True)
-    result = run_bench(bench)
-    if not args.no_estimate:
-        result["estimated"] = estimated_rows()
-    path = write_bench(result, args.output_dir)
+    with lock_output_folder(folder):
+        finished = FinishedRuns(folder, bench, overwrite=args.overwrite)
+        print(f"bertmem bench: each finished run is kept as it completes; {where_runs_live(folder.absolute())}"
+              + (f"; finished runs found there, not run again: {len(finished)}" if len(finished) else ""),
+              file=sys.stderr, flush=True)
+        result = run_bench(bench, finished=finished)
+        if not args.no_estimate:
+            result["estimated"] = estimated_rows()
+        path = write_bench(result, folder)
     print(path.read_text())
     return result
+
+
+def bench_folder(output_dir: str) -> Path:
+    """`--output-dir auto`: results/bench, or on Colab the runs folder (Google Drive when mounted) (chapter 5)."""
+    if output_dir != "auto":
+        return Path(output_dir).expanduser()
+    return colab_runs_root() / "bench" if on_colab() else Path("results/bench")
 
 
 def main(argv: list[str] | None = None) -> int:

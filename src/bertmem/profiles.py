@@ -39,6 +39,9 @@ class Profile:
     long_model_id: str | None = None  # an encoder pretrained on long input that chapter 9 fine-tunes; None: none
     # the dataset of the chapters whose point needs texts longer than their token limit (chapters 6 and 9)
     long_dataset: str = "imdb"
+    # `bertmem train` keeps a checkpoint at least this often (minutes) unless told otherwise: a Colab runtime is
+    # recycled without a signal, so only periodic checkpoints survive it (chapter 5); None: by steps only
+    checkpoint_minutes: float | None = None
     overridden: frozenset[str] = frozenset()  # the fields an environment variable set (BERTMEM_DATASET, …)
 
     def __post_init__(self) -> None:
@@ -105,7 +108,7 @@ class Profile:
 # chapters that accumulate reach the effective batch 32.
 GPU_DEFAULTS = dict(name="gpu", model_id="bert-base-uncased", dataset="imdb", max_length=512, micro_batch=8,
                     train_size=2000, eval_size=1000, epochs=1, learning_rate=2e-5, device="cuda", effective_batch=32,
-                    long_model_id="answerdotai/ModernBERT-base")
+                    long_model_id="answerdotai/ModernBERT-base", checkpoint_minutes=15.0)
 # The results table at full size on a large card (BERTMEM_PROFILE=full make bench): all of IMDb, 2 epochs.
 FULL_DEFAULTS = dict(GPU_DEFAULTS, name="full", micro_batch=32, train_size=None, eval_size=None, epochs=2)
 # The CPU profile is the library's defaults: the data of `DataConfig()`, the model and recipe of `BenchConfig()`.
@@ -119,7 +122,8 @@ _DEFAULTS = {"gpu": GPU_DEFAULTS, "cpu": CPU_DEFAULTS, "full": FULL_DEFAULTS}
 
 RENAMED_ENV = {ENV_PREFIX + "BATCH_SIZE": ENV_PREFIX + "MICRO_BATCH"}  # one name per idea (micro_batch)
 _CASTS = {"max_length": int, "micro_batch": int, "epochs": int, "learning_rate": float, "effective_batch": int,
-          "model_id": str, "dataset": str, "device": str, "long_model_id": str, "long_dataset": str}
+          "model_id": str, "dataset": str, "device": str, "long_model_id": str, "long_dataset": str,
+          "checkpoint_minutes": lambda raw: None if raw.strip().lower() == "none" else float(raw)}
 
 
 def get_profile(name: str | None = None, env: Mapping[str, str] | None = None) -> Profile:

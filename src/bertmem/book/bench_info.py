@@ -29,6 +29,10 @@ def estimated_minutes(bench: BenchConfig, card=None) -> float:
     return seconds / 60
 
 
+# The longest a Colab runtime lasts, for free users: "at most 12 hours" (https://research.google.com/colaboratory/faq.html)
+COLAB_MAX_HOURS = 12
+
+
 def long_run_warning(bench: BenchConfig, gpu_name: str | None, limit_minutes: float = 10.0) -> str | None:
     """A sentence to print before a GPU bench that runs longer than a chapter (about 10 min), else None."""
 

@@ -82,9 +82,10 @@ def add_config_flags(parser: argparse.ArgumentParser, cls, defaults=None, skip: 
             continue
         shown = " ".join(map(str, default)) if isinstance(default, tuple) else default
         group.add_argument(*names, dest=f.name, type=_friendly(convert, f.name), default=default,
-                           nargs=f.metadata.get("nargs"),
+                           nargs=f.metadata.get("nargs"), metavar=f.metadata.get("metavar"),
                            choices=f.metadata.get("choices"),
-                           help=f.metadata["help"] + ("" if default is None else f" (default: {shown})"))
+                           help=f.metadata["help"] + ("" if default is None or "(default" in f.metadata["help"]
+                                                      else f" (default: {shown})"))
 
 
 def config_from_flags(cls, args: argparse.Namespace, **fixed):

@@ -26,7 +26,7 @@ class TrainingInterrupted(KeyboardInterrupt):
 
 @contextlib.contextmanager
 def sigterm_interrupts() -> Iterator[None]:
-    """Inside the block SIGTERM (schedulers, `docker stop`, Colab) raises like Ctrl-C, once (chapter 5).
+    """Inside the block SIGTERM (schedulers, `docker stop`) raises like Ctrl-C, once (chapter 5).
 
     A second SIGTERM is ignored until the block ends, so it cannot break the final checkpoint's save.
     Signal handlers can only be set from the main thread; elsewhere the block changes nothing.

@@ -1,6 +1,7 @@
 """Seeds, progress bars, third-party notices and where a run writes (all chapters).
 
-On Colab a run writes to a folder the file browser shows; elsewhere to a fresh temporary folder."""
+On Colab a run writes to Google Drive when it is mounted, else to a folder the file browser shows; elsewhere to a
+fresh temporary folder."""
 
 from __future__ import annotations
 
@@ -37,18 +38,51 @@ def _no_kernel_notice(record: logging.LogRecord) -> bool:
     return "kernels-community" not in record.getMessage()
 
 
-COLAB_OUTPUTS = Path("/content/bertmem-runs")  # Colab's file browser shows /content; /tmp is out of sight
+COLAB_CONTENT = Path("/content")  # Colab's working folder: shown in its file browser, wiped by a runtime reset
+RUNS_FOLDER = "bertmem-runs"
+MOUNT_LINES = 'from google.colab import drive\ndrive.mount("/content/drive")'  # what chapter 5 shows
 
 
-def output_folder(name: str, colab_root: Path = COLAB_OUTPUTS) -> Path:
-    """Where a chapter writes a run: a folder in Colab's file browser on Colab, a fresh temporary one elsewhere."""
-    if "google.colab" in sys.modules:
-        folder = colab_root / name
+def on_colab() -> bool:
+    """Whether this Python runs in a Colab runtime (chapters 5, A1)."""
+    return "google.colab" in sys.modules
+
+
+def colab_drive(content: Path | None = None) -> Path:
+    """Where Google Drive appears once mounted with `drive.mount("/content/drive")` (chapter 5)."""
+    return (COLAB_CONTENT if content is None else content) / "drive" / "MyDrive"
+
+
+def colab_runs_root(content: Path | None = None) -> Path:
+    """On Colab, where runs go: Drive's bertmem-runs when Drive is mounted (a reset cannot reach it), else
+    /content/bertmem-runs (in the file browser, gone with the runtime) (chapter 5)."""
+    drive = colab_drive(content)
+    return (drive if drive.is_dir() else drive.parent.parent) / RUNS_FOLDER
+
+
+def output_folder(name: str, content: Path | None = None) -> Path:
+    """Where a chapter writes a run: on Colab under `colab_runs_root` (Drive when mounted), elsewhere a fresh
+    temporary folder (chapters 5, A1)."""
+    if on_colab():
+        folder = colab_runs_root(content) / name
         folder.mkdir(parents=True, exist_ok=True)
         return folder
     import tempfile
 
     return Path(tempfile.mkdtemp(prefix=f"bertmem-{name}-"))
+
+
+def where_runs_live(folder: str | Path, content: Path | None = None) -> str:
+    """One sentence for a long run: where its checkpoints and results live, and whether a Colab runtime reset can
+    reach them (chapter 5; `bertmem train` and `bench` print it)."""
+    folder = Path(folder).expanduser()  # shown as given; compared as an absolute path
+    if not on_colab():
+        return f"checkpoints and results go to {folder}"
+    drive, absolute = colab_drive(content), folder.absolute()
+    if absolute == drive or drive in absolute.parents:
+        return f"checkpoints and results go to {folder}, on Google Drive: a runtime reset cannot reach them"
+    return (f"checkpoints and results go to {folder}, which a Colab runtime reset wipes: mount Google Drive "
+            f"(drive.mount(\"/content/drive\")) and choose a folder under {drive} to keep them")
 
 
 def quiet_bitsandbytes_notice() -> None:

@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
+import hashlib
+import json
+import os
+import re
 import statistics
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any, Callable
 
 import torch
 
-from bertmem.core.devices import cuda_free_bytes, peak_memory_bytes, reset_peak_memory
+from bertmem.core.devices import cuda_free_bytes, device_name, peak_memory_bytes, reset_peak_memory
 from bertmem.core.flags import RefusesRenamed, shared_field
 from bertmem.core.units import MIB
 from bertmem.data.batching import widest_batch
@@ -52,7 +58,9 @@ class BenchConfig(RefusesRenamed):
         "help": "training seeds, e.g. 0 1 2: one round of every variant per seed (accuracy mean ± std)",
         "parse": int, "nargs": "+"})
     device: str = shared_field(RunConfig, "device", default="cpu")
-    variants: tuple[str, ...] = VARIANTS
+    variants: tuple[str, ...] = field(default=VARIANTS, metadata={
+        "help": "the variants to run, in this order, each name quoted (default: all six, from 'fp32 baseline' to "
+                "'smallest footprint')", "parse": str, "nargs": "+", "metavar": "NAME"})
     progress: bool = shared_field(RunConfig, "progress")
     memory_bytes: int | None = None  # budget per variant; None: the CUDA device's free memory (no limit on CPU)
     RENAMED = {"model": "model_id", "accumulation": "accumulation_steps", "seed": "data_seed"}
@@ -204,7 +212,7 @@ def combine_rounds(rounds: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
                     "compute per round (s)": compute})
         if all(r.get("correct") is not None for r in runs):  # per seed, per test example: for pairing
             row["correct per seed"] = [r["correct"] for r in runs]
-        if "MFU" in runs[0]:
+        if all("MFU" in r for r in runs):
             row["MFU"] = summarize([r["MFU"] for r in runs]).mean
         combined.append(row)
     return combined
@@ -256,21 +264,119 @@ def precisions_used(bench: BenchConfig) -> list[str]:
                    for v in bench.variants})
 
 
-def run_bench(bench: BenchConfig, loop: Callable = train) -> dict[str, Any]:
+def matmul_peaks(bench: BenchConfig) -> dict[str, float]:
+    """The measured matmul TFLOP/s of each precision the variants use: MFU's denominators, once per round."""
+    dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+    return {p: matmul_tflops(dtypes[p], bench.device) for p in precisions_used(bench)}
+
+
+# Bench settings that only choose which rows run: a bench continued with more seeds or variants reuses its rows.
+SELECTING = frozenset({"seeds", "variants", "progress"})
+
+
+def run_slug(variant: str, seed: int) -> str:
+    """'accumulation-x4-seed1': a finished run's file name (chapter 5)."""
+    return re.sub(r"[^a-z0-9]+", "-", variant.replace("×", "x").lower()).strip("-") + f"-seed{seed}"
+
+
+def frames_fingerprint(frames) -> str:
+    """A short hash of every split's texts and labels, in order: a resumed bench must see the same data."""
+    digest = hashlib.sha256()
+    for frame in frames:
+        for text, label in zip(frame["text"], frame["label"]):
+            digest.update(text.encode() + b"\0" + str(int(label)).encode() + b"\n")
+    return digest.hexdigest()[:16]
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write JSON through a temporary file and a rename: a kill never leaves half a file."""
+    tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=1))
+    os.replace(tmp, path)
+
+
+class FinishedRuns:
+    """The bench's finished (variant, seed) rows, kept in `folder/finished/` as each completes, so a bench killed
+    by a runtime reset continues where it stopped (chapter 5, `bertmem bench`)."""
+
+    def __init__(self, folder: str | os.PathLike, bench: BenchConfig, overwrite: bool = False):
+        self.folder = Path(folder).expanduser() / "finished"
+        self.settings = {k: v for k, v in json.loads(json.dumps(asdict(bench))).items() if k not in SELECTING}
+        # the card and torch decide timings, 'auto' precision and what fits: rows from another are not comparable
+        self.settings.update(card=device_name(torch.device(bench.device)), torch=torch.__version__)
+        self.selected = [(variant, seed) for seed in bench.seeds for variant in bench.variants]
+        if overwrite and self.folder.is_dir():
+            for path in self.folder.glob("*.json"):
+                path.unlink()
+        self.folder.mkdir(parents=True, exist_ok=True)
+
+    def __len__(self) -> int:
+        """How many of this bench's (variant, seed) runs are finished already."""
+        return sum(self.row(variant, seed) is not None for variant, seed in self.selected)
+
+    def check(self, data_fingerprint: str) -> None:
+        """Refuse rows of a bench with other settings or other data; record ours when the folder is new."""
+        current = dict(self.settings, data_fingerprint=data_fingerprint)
+        path = self.folder / "settings.json"
+        if not path.exists():
+            write_json_atomic(path, current)
+            return
+        saved = json.loads(path.read_text())
+        changed = [f"{k}: {saved.get(k)!r} then, {current.get(k)!r} now" for k in sorted(set(saved) | set(current))
+                   if saved.get(k) != current.get(k)]
+        if changed:
+            raise ValueError(f"{self.folder.parent} holds finished runs of a bench with other settings ("
+                             + "; ".join(changed) + "): rerun with those settings to continue it, pass --overwrite "
+                             "to start over, or choose another --output-dir")
+
+    def row(self, variant: str, seed: int) -> dict[str, Any] | None:
+        """The row of a finished run, or None."""
+        path = self.folder / f"run-{run_slug(variant, seed)}.json"
+        return json.loads(path.read_text()) if path.exists() else None
+
+    def keep(self, variant: str, seed: int, row: dict[str, Any]) -> None:
+        """Write a run's row the moment it finishes; a row that did not run (no fit, out of memory) is run again
+        next time, when the free memory may differ."""
+        if "note" in row:
+            return
+        write_json_atomic(self.folder / f"run-{run_slug(variant, seed)}.json", row)
+
+    def peaks(self, seed: int, measure: Callable[[], dict[str, float]]) -> dict[str, float]:
+        """The round's measured matmul peaks: kept with its rows, so the round's MFU keeps its denominator; a
+        precision a later variant adds is measured then and added."""
+        path = self.folder / f"peaks-{seed}.json"
+        kept = json.loads(path.read_text()) if path.exists() else {}
+        measured = measure()
+        peaks = {**measured, **kept}
+        if peaks != kept:
+            write_json_atomic(path, peaks)
+        return peaks
+
+
+def run_bench(bench: BenchConfig, loop: Callable = train, finished: FinishedRuns | None = None) -> dict[str, Any]:
     """Every variant on the same frames, in rounds (A B C … per seed); rows with ratios and noise (chapter 5).
 
     Interleaving puts a slow spell of a shared machine on every variant alike instead of on whichever ran then
     (odd rounds run the variants in reverse order); the matmul peak is measured again in every round.
     `loop` trains each variant: chapter 5 passes the `train` its cell shows, so an edit there changes the table.
+    `finished`: where each (variant, seed) row is kept as it completes; rows already there are not run again.
     """
     frames = load_frames(variant_settings(bench, bench.variants[0])[1])
-    dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+    if finished is not None:
+        finished.check(frames_fingerprint(frames))
     rounds, peaks_per_round = [], []
     order = list(arm_order(bench.variants, bench.seeds, alternate=True))  # A B C, then C B A: no fixed slot
-    for index, seed in enumerate(bench.seeds):
-        peaks = {p: matmul_tflops(dtypes[p], bench.device) for p in precisions_used(bench)}
+    for seed in bench.seeds:
+        measure = functools.partial(matmul_peaks, bench)
+        peaks = finished.peaks(seed, measure) if finished is not None else measure()
         peaks_per_round.append(peaks)
-        rows = {v: run_variant(bench, v, frames, peaks, seed, loop) for s, v in order if s == seed}
+        rows = {}
+        for _, variant in (arm for arm in order if arm[0] == seed):
+            rows[variant] = finished.row(variant, seed) if finished is not None else None
+            if rows[variant] is None:
+                rows[variant] = run_variant(bench, variant, frames, peaks, seed, loop)
+                if finished is not None:
+                    finished.keep(variant, seed, rows[variant])
         rounds.append([rows[v] for v in bench.variants])
     rows = combine_rounds(rounds)
     if "fp32 baseline" in bench.variants:

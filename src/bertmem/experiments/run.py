@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from bertmem.core.devices import cuda_available, device_name, require_device, resolve_device
+from bertmem.core.locks import lock_output_folder
 from bertmem.core.runtime import seed_everything
 from bertmem.data.frames import PrepareFrame, prepare_frame
 from bertmem.data.loaders import DataConfig, build_loaders, load_frames
@@ -70,14 +71,22 @@ def run_experiment(run: RunConfig, data: DataConfig, config: TrainConfig, *,
         raise ValueError(f"--window trains a pooling wrapper around the classifier; {levers} cannot find its "
                          "encoder there: drop them, or drop --window")
     device = require_device(run.device) if run.device is not None else None
-    if run.output_dir:  # before any data or model is loaded: a bad folder must not cost a training run
-        prepare_output_dir(run)
+    if not run.output_dir:
+        return trained_summary(run, data, config, prepare, device)
+    folder = prepare_output_dir(run)  # before any data or model is loaded: a bad folder must not cost a run
+    with lock_output_folder(folder):  # one writer per folder, from before the data loads to the last file
+        check_previous_run(folder, run)
+        return trained_summary(run, data, config, prepare, device)
+
+
+def trained_summary(run: RunConfig, data: DataConfig, config: TrainConfig, prepare: PrepareFrame,
+                    device: torch.device | None) -> dict[str, Any]:
+    """`run_experiment` once its output folder is checked and held: data, model, training, outputs (ch. 5)."""
     frames = load_frames(data, prepare)
     names = frames[0].attrs["label_names"]
     seed_everything(config.seed)  # the new classifier head is drawn here: same seed, same run
     model, tokenizer = build_model(run, names, data.window or data.max_length)
     if data.window is not None:  # every window of a text, its logits pooled, trained end to end (chapter 9)
-
         model = ChunkedClassifier(model)
     if device is not None and run.backend != "accelerate":  # Accelerate gives each process its own device
         model.to(device)  # placed once; every helper below follows the model
@@ -90,7 +99,10 @@ def run_experiment(run: RunConfig, data: DataConfig, config: TrainConfig, *,
                "precision": result.precision, "skipped_steps": result.skipped_steps, "backoffs": result.backoffs,
                "num_processes": result.num_processes, "rank": result.rank, "rank_bytes": result.rank_bytes,
                "parameter_checksum": parameter_checksum(model), "label_names": names,
-               "train_examples": len(frames[0]), "eval_examples": len(frames[1]), "environment": environment_info()}
+               "train_examples": len(frames[0]), "eval_examples": len(frames[1]), "environment": environment_info(),
+               "checkpoints": {"saves": result.checkpoint_saves, "time_s": result.checkpoint_time_s,
+                               "share": result.checkpoint_share,
+                               "periodic_share": result.periodic_checkpoint_share}}
     if run.output_dir:
         write_outputs(Path(run.output_dir), run, data, config, summary, result, model, tokenizer)
     return summary
@@ -121,11 +133,7 @@ def previous_run_files(folder: Path) -> list[Path]:
 
 
 def prepare_output_dir(run: RunConfig) -> Path:
-    """Check the output folder before any work: creatable, writable, not the model, no older run (chapter A1).
-
-    With `run.overwrite` a previous run's files are removed (an old model/ must not sit next to new
-    metrics); with `run.resume` they are kept, since the checkpoint is what the run continues from.
-    """
+    """Check the output folder before any work: creatable, writable, not the model (chapter A1)."""
     folder = Path(run.output_dir).expanduser()
     if folder.exists() and not folder.is_dir():
         raise ValueError(f"output_dir {folder} is a file, not a folder: choose another --output-dir")
@@ -141,12 +149,21 @@ def prepare_output_dir(run: RunConfig) -> Path:
     except OSError as err:
         raise ValueError(f"output_dir {folder} cannot be created or written ({err.strerror or err}): "
                          "choose a writable --output-dir") from None
+    return folder
+
+
+def check_previous_run(folder: Path, run: RunConfig) -> None:
+    """Refuse a folder that holds an earlier run unless the run overwrites or resumes it (chapter A1).
+
+    Checked once the folder's lock is held: a run still writing there is named by the lock instead. With
+    `run.overwrite` a previous run's files are removed later (an old model/ must not sit next to new metrics); with
+    `run.resume` they are kept, since the checkpoint is what the run continues from.
+    """
     previous = previous_run_files(folder)
     if previous and not (run.overwrite or run.resume):
         names = ", ".join(p.name for p in previous)
         raise ValueError(f"output_dir {folder} already holds a run ({names}): pass --overwrite (overwrite=True) "
                          "to replace it, --resume to continue it, or choose another --output-dir")
-    return folder
 
 
 def remove_previous_run(folder: Path) -> None:

@@ -35,6 +35,22 @@ class TrainResult:
     rank_bytes: dict[str, int] | None = None  # this process's parameter/optimizer bytes (Accelerate, chapter 7)
     # the last evaluation's 0/1 score per test example, in the test set's order: for paired comparisons (ch. 5)
     correct: list[int] | None = None
+    checkpoint_saves: int = 0  # checkpoints written by this process (chapter 5)
+    checkpoint_time_s: float = 0.0  # the time they took
+    checkpoint_after_epochs_s: float = 0.0  # of which at epochs' ends, outside the epochs' train_time_s
+
+    @property
+    def checkpoint_share(self) -> float:
+        """The share of training plus saving time spent writing checkpoints (chapter 5)."""
+        total = sum(e.get("train_time_s", 0.0) for e in self.epochs) + self.checkpoint_after_epochs_s
+        return self.checkpoint_time_s / total if total else 0.0
+
+    @property
+    def periodic_checkpoint_share(self) -> float:
+        """The share spent on the saves inside epochs (every N steps or minutes): what a longer interval cuts."""
+        total = sum(e.get("train_time_s", 0.0) for e in self.epochs) + self.checkpoint_after_epochs_s
+        periodic = self.checkpoint_time_s - self.checkpoint_after_epochs_s
+        return periodic / total if total else 0.0
 
     @property
     def final_metrics(self) -> dict[str, float]:

@@ -19,9 +19,10 @@ from bertmem.data.frames import EncodedDataset
 CHECKPOINT_NAME = "checkpoint.pt"
 FORMAT = 2  # 2: loads with weights_only=True and records the run's settings
 # Settings a resumed run may change: they alter neither the data, the step positions nor the schedule.
-SAFE_TO_CHANGE = frozenset({"progress", "checkpoint_every", "checkpoint_dir", "resume", "device", "oom_backoff",
-                            "gradient_checkpointing", "fused_optimizer", "guard_non_finite", "output_dir",
-                            "save_model", "backend", "eval_dataset", "eval_size", "eval_batch_size", "overwrite"})
+SAFE_TO_CHANGE = frozenset({"progress", "checkpoint_every", "checkpoint_minutes", "checkpoint_dir", "resume",
+                            "device", "oom_backoff", "gradient_checkpointing", "fused_optimizer", "guard_non_finite",
+                            "output_dir", "save_model", "backend", "eval_dataset", "eval_size", "eval_batch_size",
+                            "overwrite"})
 # Settings added after a checkpoint format, with the value every run before them had: an older checkpoint resumes.
 ADDED_SETTINGS = {"truncation": "head"}
 # Settings renamed since (one name per idea): an older checkpoint's keys are read under their new names.

@@ -22,6 +22,14 @@ BACKENDS = ("plain", "accelerate", "trainer")
 TINY_MODEL = "tiny-bert"  # a 2-layer random BERT with MiniLM's vocabulary: tests and quick checks
 
 
+def minutes_or_auto(raw: str) -> float | str | None:
+    """--checkpoint-minutes: a number of minutes, 'none', or 'auto' (the command resolves it from the profile)."""
+    text = raw.strip().lower()
+    if text in ("auto", "none"):
+        return None if text == "none" else "auto"
+    return float(raw)
+
+
 @dataclass(frozen=True)
 class RunConfig(RefusesRenamed):
     """How and where a run happens: model, kernels, device, loop, output folder, checkpoints (ch. 4, 5, 8, A1).
@@ -43,6 +51,10 @@ class RunConfig(RefusesRenamed):
         "help": "folder for metrics.json, config.json, loss.png (and checkpoints, the model)"})
     checkpoint_every: int | None = field(default=None, metadata={  # None: no checkpoints at all
         "help": "keep OUTPUT_DIR/checkpoint.pt: every N optimizer steps, each epoch and on Ctrl-C (chapter 5)"})
+    checkpoint_minutes: float | None = field(default=None, metadata={  # None: by steps and epochs only
+        "help": "also keep OUTPUT_DIR/checkpoint.pt every N minutes of training, so a recycled runtime loses at "
+                "most N minutes; auto: the profile's (15 on the GPU profiles, none on the CPU one) (chapter 5)",
+        "parse": minutes_or_auto, "cli_default": "auto"})
     resume: bool = field(default=False, metadata={
         "help": "continue from OUTPUT_DIR/checkpoint.pt (and keep checkpointing there)"})
     save_model: bool = field(default=False, metadata={"help": "save the fine-tuned model to OUTPUT_DIR/model"})
@@ -58,13 +70,17 @@ class RunConfig(RefusesRenamed):
         every = self.checkpoint_every
         if every is not None and (not isinstance(every, int) or every < 1):
             raise ValueError(f"checkpoint_every must be an int >= 1 or None, got {every!r}")
+        minutes = self.checkpoint_minutes
+        if minutes is not None and (isinstance(minutes, (bool, str)) or not 0 < minutes < math.inf):
+            raise ValueError(f"checkpoint_minutes must be a number > 0 or None, got {minutes!r}")
         for wanted, name in ((self.save_model, "save_model"), (every is not None, "checkpoint_every"),
-                             (self.resume, "resume")):
+                             (minutes is not None, "checkpoint_minutes"), (self.resume, "resume")):
             if wanted and not self.output_dir:
                 raise ValueError(f"{name} needs output_dir: the folder that holds the model and checkpoint.pt")
         if self.checkpoint_dir and self.backend != "plain":
-            raise ValueError(f"checkpoint_every and resume are features of bertmem's own loop (backend 'plain'), not "
-                             f"of backend {self.backend!r}: drop them, or use the backend's own checkpoints")
+            raise ValueError(f"checkpoint_every, checkpoint_minutes and resume are features of bertmem's own loop "
+                             f"(backend 'plain'), not of backend {self.backend!r}: drop them, or use the backend's "
+                             "own checkpoints")
         if self.device is not None:
             try:
                 torch.device(self.device)
@@ -74,7 +90,9 @@ class RunConfig(RefusesRenamed):
     @property
     def checkpoint_dir(self) -> str | None:
         """Where checkpoint.pt lives: the output folder when the run keeps or resumes checkpoints (chapter 5)."""
-        return self.output_dir if self.checkpoint_every is not None or self.resume else None
+        keeps = self.checkpoint_every is not None or self.checkpoint_minutes is not None or self.resume
+        return self.output_dir if keeps else None
+
 
 
 
@@ -85,6 +103,7 @@ def _off_if_zero(raw: str) -> float | None:
 
 
 RUN_FIELDS = {"device": "device=...", "progress": "progress=...", "checkpoint_every": "checkpoint_every=...",  # moved
+              "checkpoint_minutes": "checkpoint_minutes=...",
               "resume": "resume=...", "checkpoint_dir": "output_dir=... with checkpoint_every=... or resume=True"}
 
 

@@ -37,8 +37,8 @@ class RunState:
     """A run's position (epoch, step, micro-batches, examples, splits) and its checkpoints (chapter 5)."""
 
     def __init__(self, folder, checkpoint_every: int | None, loader, result, settings: dict[str, Any],
-                 parts: dict[str, Any]):
-        self.folder, self.checkpoint_every = folder, checkpoint_every
+                 parts: dict[str, Any], checkpoint_minutes: float | None = None):
+        self.folder, self.checkpoint_every, self.checkpoint_minutes = folder, checkpoint_every, checkpoint_minutes
         self.loader, self.result, self.settings, self.parts = loader, result, settings, parts
         self.generator = getattr(loader, "generator", None)  # a shuffled DataLoader's order comes from it
         self.position = self.epoch_start(1, step=0, splits=1)
@@ -48,6 +48,7 @@ class RunState:
         self.rng: dict | None = None  # restored once the resumed epoch's loader has drawn its seeds
         self.boundary, self.boundary_rng = self.position, None  # the last finished optimizer step
         self.last_saved: dict | None = None  # the position most recently written
+        self.saved_at = time.perf_counter()  # when the last save ended: the minutes count from there
 
     @classmethod
     def begin(cls, run, config, train_loader, micro_size: int, result, parts: dict[str, Any],
@@ -60,7 +61,7 @@ class RunState:
         if folder:
             settings = run_settings(config, train_loader, micro_size, extra_settings)
             settings["precision_used"] = result.precision  # 'auto' can resolve differently on another card
-        state = cls(folder, run.checkpoint_every, train_loader, result, settings, parts)
+        state = cls(folder, run.checkpoint_every, train_loader, result, settings, parts, run.checkpoint_minutes)
         if run.resume:
             state.load()
         return state
@@ -83,6 +84,9 @@ class RunState:
         self.position, self.rng = ckpt["position"], ckpt["rng"]
         self.result.history, self.result.epochs = ckpt["history"], ckpt["epochs"]
         self.result.skipped_steps = self.position["skipped"]
+        saves, seconds, after_epochs = self.position.get("saves", (0, 0.0, 0.0))  # before this one (its time is lost)
+        self.result.checkpoint_saves, self.result.checkpoint_time_s = saves + 1, seconds
+        self.result.checkpoint_after_epochs_s = after_epochs
         self.step, self.splits = self.position["step"], self.position["splits"]
 
     def epochs(self, count: int, total_steps: int) -> Iterator[int]:
@@ -118,8 +122,15 @@ class RunState:
             self.boundary = dict(self.boundary, micro_batches=self.done, step=self.step, seen=self.seen,
                                  splits=self.splits, elapsed_s=self.before + time.perf_counter() - self.start)
             self.boundary_rng = capture_rng()
-            if self.checkpoint_every and self.step % self.checkpoint_every == 0:
+            if self.checkpoint_due():
                 self.save(self.boundary, self.boundary_rng)
+
+    def checkpoint_due(self) -> bool:
+        """Every `checkpoint_every` steps, or once `checkpoint_minutes` have passed since the last save ended (so
+        a save, however slow, takes at most its own share of each interval) (chapter 5)."""
+        by_steps = bool(self.checkpoint_every) and self.step % self.checkpoint_every == 0
+        minutes = self.checkpoint_minutes
+        return by_steps or (minutes is not None and time.perf_counter() - self.saved_at >= 60 * minutes)
 
     def epoch_record(self, epoch: int) -> dict[str, float]:
         """The epoch's training time and throughput (evaluation excluded)."""
@@ -131,20 +142,29 @@ class RunState:
         self.position = self.epoch_start(epoch + 1, step=self.step, splits=self.splits)
         if self.folder:
             self.boundary, self.boundary_rng = self.position, capture_rng()
-            self.save(self.position, self.boundary_rng)
+            self.save(self.position, self.boundary_rng, in_epoch=False)
 
-    def save(self, position: dict, rng_state: dict) -> None:
-        """Write checkpoint.pt for `position` (atomic; a SIGTERM waits until the file is complete)."""
-        scaler = self.parts["scaler"]
+    def save(self, position: dict, rng_state: dict, in_epoch: bool = True) -> None:
+        """Write checkpoint.pt for `position` (atomic; a SIGTERM waits until the file is complete).
+
+        `in_epoch`: the save falls inside an epoch's training time (False at an epoch's end, after evaluation)."""
+        scaler, started = self.parts["scaler"], time.perf_counter()
         try:
             save_checkpoint(self.folder, model=self.parts["model"], optimizer=self.parts["optimizer"],
                             scheduler=self.parts["scheduler"], scaler=scaler if scaler.is_enabled() else None,
-                            rng=rng_state, position=dict(position, skipped=self.result.skipped_steps),
+                            rng=rng_state, position=dict(position, skipped=self.result.skipped_steps,
+                                                         saves=[self.result.checkpoint_saves,
+                                                                self.result.checkpoint_time_s,
+                                                                self.result.checkpoint_after_epochs_s]),
                             history=self.result.history, epochs=self.result.epochs, settings=self.settings)
         except TrainingInterrupted:  # a SIGTERM that waited for the save: the file is complete
             self.last_saved = position
             raise
-        self.last_saved = position
+        self.last_saved, self.saved_at = position, time.perf_counter()
+        self.result.checkpoint_saves += 1
+        self.result.checkpoint_time_s += self.saved_at - started
+        if not in_epoch:
+            self.result.checkpoint_after_epochs_s += self.saved_at - started
 
     @contextlib.contextmanager
     def saved_on_interrupt(self) -> Iterator[None]:

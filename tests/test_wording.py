@@ -1,0 +1,107 @@
+"""Every computed sentence's words flip with its numbers: each wording rendered on both sides of its threshold."""
+
+import pytest
+
+from bertmem.book.wording import (
+    BAND,
+    accumulation_speed,
+    compare,
+    cpu_precision_timing,
+    epoch_paces,
+    lora_and_freezing,
+    misses,
+    pace,
+    peak_change,
+    plural,
+    saving,
+    size_change,
+)
+
+
+@pytest.mark.parametrize("ratio, word", [(0.5, "faster"), (1 - 2 * BAND, "faster"), (1.0, "about as fast"),
+                                         (1 + BAND / 2, "about as fast"), (1 + 2 * BAND, "slower"), (3, "slower")])
+def test_pace_flips_at_the_band(ratio, word):
+    assert pace(ratio) == word
+
+
+@pytest.mark.parametrize("ratio, word", [(0.5, "smaller"), (1.0, "about as large"), (1.2, "larger")])
+def test_size_change_flips_at_the_band(ratio, word):
+    assert size_change(ratio) == word
+
+
+def test_compare_uses_the_band_it_is_given():
+    assert compare(0.95, "lo", "hi", "same", band=0.1) == "same" and compare(0.95, "lo", "hi", "same") == "lo"
+
+
+@pytest.mark.parametrize("ratio, word", [(0.49, "a large saving"), (0.89, "a modest saving"), (1.0, "no saving"),
+                                         (1.3, "no saving (it costs more)")])
+def test_saving_names_large_modest_and_none(ratio, word):
+    assert saving(ratio) == word
+
+
+def test_plural():
+    assert plural(1, "miss", "misses") == "1 miss" and plural(2, "miss", "misses") == "2 misses"
+    assert plural(3, "seed") == "3 seeds"
+
+
+def test_accumulation_speed_hypothesis_follows_the_throughput():
+    assert "no slower" in accumulation_speed(1 - BAND / 2, 1.14) and "weighs little" in accumulation_speed(0.99, 1.1)
+    slow = accumulation_speed(0.6, 0.9)
+    assert ": slower" in slow and "paid once per micro-batch" in slow and "weighs little" not in slow
+    mixed = accumulation_speed(0.8, 1.2)
+    assert "cannot tell from the noise" in mixed and "hypothesis" not in mixed
+
+
+@pytest.mark.parametrize("fp16_x, words", [(83, "no fast fp16 path"), (3.5, "no fast fp16 path"),
+                                           (2.9, "(slower): this CPU runs fp16 at a usable speed"),
+                                           (1.03, "(about as fast): this CPU runs fp16 at a usable speed")])
+def test_fp16_timing_words(fp16_x, words):
+    assert words in cpu_precision_timing(fp16_x, 0.5, "bf16")
+
+
+@pytest.mark.parametrize("bf16_x, auto, words", [
+    (0.22, "bf16", "(faster). `auto` picks bf16 here from the CPU's reported bf16 support, not from a timing, and "
+                   "the timing agrees"),
+    (1.76, "bf16", "(slower). `auto` picks bf16 here from the CPU's reported bf16 support, not from a timing, "
+                   "though bf16 is not faster here"),
+    (0.5, "fp32", "though bf16 is faster here"),
+    (1.0, "fp32", "(about as fast). `auto` picks fp32 here from the CPU's reported bf16 support, not from a timing, "
+                  "and the timing agrees")])
+def test_bf16_timing_never_claims_auto_follows_it(bf16_x, auto, words):
+    assert words in cpu_precision_timing(2.0, bf16_x, auto)
+
+
+def test_lora_and_freezing_words_follow_the_ratios():
+    now = lora_and_freezing(lora_act=0.89, freeze_act=0.49)
+    assert now["lora saving"] == "a modest saving" and now["freeze vs lora"] == "goes further on activations"
+    assert now["lora activations"] == "smaller"
+    flipped = lora_and_freezing(lora_act=0.4, freeze_act=0.6)
+    assert flipped["lora saving"] == "a large saving"
+    assert flipped["freeze vs lora"] == "keeps more activations than LoRA"
+    assert lora_and_freezing(0.8, 0.8)["freeze vs lora"] == "saves no more activations than LoRA"
+    assert lora_and_freezing(1.1, 1.0)["lora activations"] == "larger"
+
+
+def test_epoch_paces_give_each_direction_its_own_hypothesis():
+    fast = epoch_paces(0.62, 2.76)
+    assert fast["lora"].startswith("faster; a hypothesis: it computes no weight gradients")
+    assert fast["8-bit"].startswith("slower; only the optimizer differs; a hypothesis") and fast["moves"] == "moves too"
+    slow = epoch_paces(1.4, 0.9)
+    assert slow["lora"].startswith("slower; a hypothesis: the adapters") and slow["8-bit"].startswith("faster")
+    still = epoch_paces(1.0, 1.01)
+    assert still == {"lora": "about as fast", "8-bit": "about as fast", "moves": "barely moves"}
+
+
+@pytest.mark.parametrize("before, after, word", [(2.98, (1.82, 1.63), "falls"), (1.0, (1.5, 1.2), "rises"),
+                                                 (1.0, (0.5, 1.5), "changes little or moves both ways"),
+                                                 (1.0, (1.0,), "changes little or moves both ways")])
+def test_peak_change(before, after, word):
+    assert peak_change(before, *after) == word
+
+
+def test_misses_quote_every_miss_and_agree_in_number():
+    assert misses(3, 3, []) == "3 of the 3 predictions match what the sentence was written to say."
+    one = misses(2, 3, ["The plot is thin."])
+    assert "The miss: “The plot is thin.”; a hypothesis" in one
+    two = misses(1, 3, ["a", "b"])
+    assert "The misses: “a”, “b”; a hypothesis" in two
