@@ -96,7 +96,7 @@ def table() -> str:
             f"{matmul / 1e6:.1f} MFLOP of matrix multiplies in the forward pass).")
     if faster:
         where = f"chapter{'s' * (len(faster) > 1)} {', '.join(faster)}"
-        note += (f" Where the L4 comes out faster than the A100 ({where}), the order is the "
+        note += (f" Where the L4 comes out faster than the A100 before rounding ({where}), the order is the "
                  f"assumption's, not a measurement: {shares} applied to the two cards' fp32 peaks "
                  f"({l4_card.peak_tflops['fp32']:g} against {a100_card.peak_tflops['fp32']:g} TFLOP/s without "
                  "TF32), which count in every chapter because evaluation runs in fp32, while the L4 has about a "

@@ -4,17 +4,24 @@ import pytest
 
 from bertmem.book.wording import (
     BAND,
+    about_fraction,
     accumulation_speed,
+    claim_verdict,
     compare,
     cpu_precision_timing,
+    device_effect,
     epoch_paces,
+    growth,
     lora_and_freezing,
     misses,
     pace,
     peak_change,
     plural,
+    quadratic_claim,
+    relative_size,
     saving,
     size_change,
+    what_stops_first,
 )
 
 
@@ -105,3 +112,40 @@ def test_misses_quote_every_miss_and_agree_in_number():
     assert "The miss: “The plot is thin.”; a hypothesis" in one
     two = misses(1, 3, ["a", "b"])
     assert "The misses: “a”, “b”; a hypothesis" in two
+
+
+@pytest.mark.parametrize("share, words", [(0.10, "about a tenth"), (0.11, "about a tenth"), (0.5, "about half"),
+                                          (0.26, "about a quarter"), (0.7, "70%"), (0.04, "4%")])
+def test_about_fraction(share, words):
+    assert about_fraction(share) == words
+
+
+@pytest.mark.parametrize("ratio, words", [(0.96, "about the size of"), (1.2, "about the size of"),
+                                          (0.5, "smaller than"), (2.0, "larger than")])
+def test_relative_size(ratio, words):
+    assert relative_size(ratio) == words
+
+
+def test_claim_verdict_and_the_quadratic_claim_flip():
+    assert claim_verdict(True) == "holds" and claim_verdict(False) == "does not hold"
+    assert quadratic_claim(475).startswith("roughly right") and "near 512" in quadratic_claim(475)
+    far = quadratic_claim(300)
+    assert far.startswith("off even for eager attention") and "about 300 tokens" in far
+
+
+def test_device_effect_flips_with_the_ratio():
+    assert device_effect(1.26).startswith("The device matters on its own") and "(more than)" in device_effect(1.26)
+    assert device_effect(1.01).startswith("The device barely matters here")
+    assert "(less than)" in device_effect(0.7)
+    assert "on a GPU at 1,024 tokens (more than), so" in device_effect(1.3, " at 1,024 tokens")
+
+
+@pytest.mark.parametrize("doubling, words", [(2.8, "faster than linearly"), (2.0, "about linearly"),
+                                             (1.5, "slower than linearly")])
+def test_growth(doubling, words):
+    assert growth(doubling) == words
+
+
+def test_what_stops_first_flips_at_the_position_table():
+    assert "lacks positions before it lacks memory" in what_stops_first(8192)
+    assert what_stops_first(512).startswith("memory, not the 512-position table")

@@ -67,8 +67,8 @@ def scaled_run(
 ) -> tuple[list[float], list[float]]:
     """A tiny BERT trained by chapter 3's `mixed_precision_step`: scale trace, losses.
 
-    `ffn_scale` multiplies every feed-forward weight: large values overflow fp16 in the
-    forward pass (chapters 3, 6).
+    `ffn_scale` multiplies each layer's first feed-forward matrix: large values
+    overflow fp16 in the forward pass (chapters 3, 6).
     """
     if precision not in ("fp32", "bf16", "fp16"):
         raise ValueError(

@@ -116,3 +116,57 @@ def misses(hits: int, total: int, missed: Sequence[str]) -> str:
     return (f"{line} The {noun}: {quoted}; a "
             "hypothesis, not tested here: a model trained for one epoch on 800 short sentences leans on single "
             "words; check a model on sentences like your own before trusting it.")
+
+
+FRACTIONS = {1 / 10: "a tenth", 1 / 5: "a fifth", 1 / 4: "a quarter", 1 / 3: "a third", 1 / 2: "half"}
+
+
+def about_fraction(share: float, tolerance: float = 0.15) -> str:
+    """'about a tenth' … 'about half' for a share within 15 % of a simple fraction, else a percentage (ch. 7)."""
+    for value, name in FRACTIONS.items():
+        if abs(share / value - 1) <= tolerance:
+            return f"about {name}"
+    return f"{share:.0%}"
+
+
+def relative_size(ratio: float, band: float = 0.25) -> str:
+    """'about the size of', 'smaller than' or 'larger than' for a ratio of two sizes (chapter 7)."""
+    if ratio < 1 / (1 + band):
+        return "smaller than"
+    return "larger than" if ratio > 1 + band else "about the size of"
+
+
+def claim_verdict(holds: bool) -> str:
+    """'holds' or 'does not hold' (chapters 1, 9)."""
+    return "holds" if holds else "does not hold"
+
+
+def quadratic_claim(crossover_tokens: float, at: int = 512, tolerance: float = 0.15) -> str:
+    """Chapter 1: whether "quadratic beyond 512" is roughly right, from where the s² term overtakes the rest."""
+    if abs(crossover_tokens / at - 1) <= tolerance:
+        return (f"roughly right for eager attention — the crossover happens to lie near {at} — but nothing "
+                f"changes at {at} itself")
+    return (f"off even for eager attention — the crossover lies at about {crossover_tokens:.0f} tokens, not "
+            f"near {at} — and nothing changes at {at} itself")
+
+
+def device_effect(ratio: float, where: str = "") -> str:
+    """Chapter 1: what eager attention's saved bytes on this CPU against a GPU (a ratio) say about the device."""
+    word = compare(ratio, "less than", "more than", "about as much as")
+    lead = "The device barely matters here" if word == "about as much as" else "The device matters on its own"
+    return (f"{lead}: eager attention on this CPU saves {ratio:.2f}× what it saves on a GPU{where} ({word}), so "
+            "set a CPU kernel against a CPU one")
+
+
+def growth(doubling: float) -> str:
+    """'faster than linearly', 'about linearly' or 'slower than linearly' for the growth when a length doubles
+    (chapter 9)."""
+    return compare(doubling / 2, "slower than linearly", "faster than linearly", "about linearly")
+
+
+def what_stops_first(longest_fit: int, positions: int = 512) -> str:
+    """Chapter 9: whether a model runs out of positions or of memory first, from the longest length that fits."""
+    if longest_fit > positions:
+        return (f"up to there it is the {positions}-position table, not memory, that stops a longer sequence: "
+                "the model lacks positions before it lacks memory")
+    return f"memory, not the {positions}-position table, is what stops a longer sequence"
