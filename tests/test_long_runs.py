@@ -19,7 +19,15 @@ from cli_helpers import cli_args
 from torch.utils.data import DataLoader
 
 from bertmem.cli import checkpoint_minutes, main
-from bertmem.core.locks import LOCK_NAME, STALE_AFTER_S, FolderInUse, FolderLock, Holder, lock_output_folder
+from bertmem.core.locks import (
+    LOCK_NAME,
+    STALE_AFTER_S,
+    FolderInUse,
+    FolderLock,
+    Holder,
+    lock_output_folder,
+    stat_fields,
+)
 from bertmem.experiments.bench import BenchConfig, FinishedRuns, run_slug
 from bertmem.loop.checkpoint import CHECKPOINT_NAME, load_checkpoint
 from bertmem.loop.combined import train
@@ -99,7 +107,7 @@ def test_a_zombie_holder_counts_as_gone(tmp_path):
     zombie = subprocess.Popen(["sleep", "60"])
     zombie.kill()
     deadline = time.monotonic() + 30
-    while Path(f"/proc/{zombie.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+    while stat_fields(zombie.pid)[:1] != ["Z"]:
         assert time.monotonic() < deadline
         time.sleep(0.05)  # dead, not yet waited for
     try:

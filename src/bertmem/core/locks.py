@@ -46,13 +46,18 @@ def pid_namespace() -> str:
         return ""
 
 
+def stat_fields(pid: int) -> list[str]:
+    """The fields of /proc/<pid>/stat after the process name (Linux; empty elsewhere or when it is gone) (ch. 5)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()  # the name may hold spaces
+    except (OSError, IndexError):
+        return []
+
+
 def process_start(pid: int) -> str:
     """When `pid` started (clock ticks since boot, Linux): a reused process id is not its holder (chapter 5)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return ""
-    return stat.rsplit(")", 1)[1].split()[19]  # field 22; the name in parentheses may hold spaces
+    fields = stat_fields(pid)
+    return fields[19] if len(fields) > 19 else ""  # field 22 of the whole line
 
 
 def process_alive(pid: int, started: str = "") -> bool:
@@ -63,11 +68,10 @@ def process_alive(pid: int, started: str = "") -> bool:
         return False
     except PermissionError:  # someone else's process: it exists
         pass
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
+    fields = stat_fields(pid)
+    if not fields:
         return True  # no /proc (macOS): the signal answered
-    return state != "Z" and (not started or process_start(pid) in ("", started))
+    return fields[0] != "Z" and (not started or process_start(pid) in ("", started))
 
 
 @dataclass(frozen=True)
