@@ -47,6 +47,7 @@ def title(path: Path) -> str:
 def table() -> str:
     """The markdown table between the markers of book/intro.md."""
     from bertmem.book.chapters import FIRST_RUN_MINUTES, MINUTES_CARDS, MODEL_LOAD_SECONDS, chapter_minutes
+    from bertmem.book.wording import compare
     from bertmem.memory.cards import CARDS
     from bertmem.memory.estimate import model_config, parameter_count
     from bertmem.profiles import get_profile
@@ -91,7 +92,8 @@ def table() -> str:
             f"A fresh runtime adds about "
             f"{FIRST_RUN_MINUTES:.0f} minutes once, for the install cell and the downloads. For bert-base at "
             f"{gpu.max_length} tokens, 6 · parameters counts the embeddings, which do no matrix multiplies, and "
-            f"leaves out the attention scores: it is {matmul and 2 * params / matmul - 1:.0%} above the "
+            f"leaves out the attention scores: it is {abs(2 * params / matmul - 1):.0%} "
+            f"{compare(2 * params / matmul, 'below', 'above', 'within a few percent of')} the "
             f"matrix-multiply work per token (2 · parameters = {2 * params / 1e6:.1f} MFLOP against "
             f"{matmul / 1e6:.1f} MFLOP of matrix multiplies in the forward pass).")
     if faster:

@@ -61,7 +61,7 @@ def test_incomplete_final_window_is_weighted_by_its_own_size():
     model = deterministic_model()
     backward_window(model, got[1], "cpu")
     assert (grads(model) - reference).norm() / reference.norm() < 1e-5
-    # the seed article's loop divides every loss by the configured steps (3), so the short window is off
+    # the blog post's loop divides every loss by the configured steps (3), so the short window is off
     naive = deterministic_model()
     for m in got[1]:
         (naive(**m).loss / 3).backward()

@@ -236,7 +236,7 @@ def audit_verdicts(text: str) -> tuple[list[str], dict[int, str], dict[str, list
 
 
 def test_the_audit_tally_counts_each_claim_under_its_own_verdict():
-    legend, rows, tally = audit_verdicts((BOOK / "A2_seed_audit.md").read_text(encoding="utf-8"))
+    legend, rows, tally = audit_verdicts((BOOK / "A2_post_audit.md").read_text(encoding="utf-8"))
     assert len(rows) >= 20 and set(rows.values()) <= set(legend)  # every verdict is one the legend defines
     assert {v: sorted(n for n, w in rows.items() if w == v) for v in set(rows.values())} == \
         {v: sorted(ids) for v, ids in tally.items()}

@@ -11,7 +11,7 @@ from bertmem.book.demos import (
     synthetic_batch,
     synthetic_batches,
 )
-from bertmem.loop.optim import layerwise_param_groups, seed_article_param_groups
+from bertmem.loop.optim import layerwise_param_groups, post_param_groups
 from bertmem.loop.precision import skipped_steps
 from bertmem.model.loading import tiny_classifier
 
@@ -55,11 +55,11 @@ def test_skipped_steps_counts_the_steps_after_which_the_scale_shrank():
     assert skipped_steps([], init_scale=8.0) == 0
 
 
-def test_classifier_change_shows_the_seed_groups_never_train_the_head():
+def test_classifier_change_shows_the_posts_groups_never_train_the_head():
     batch = synthetic_batch(8)
-    seed_groups = classifier_change(tiny_classifier(seed=0), lambda m: seed_article_param_groups(m, 2e-5, 0.95), batch)
+    post_groups = classifier_change(tiny_classifier(seed=0), lambda m: post_param_groups(m, 2e-5, 0.95), batch)
     ours = classifier_change(tiny_classifier(seed=0), lambda m: layerwise_param_groups(m, 2e-5, 0.95), batch)
-    assert seed_groups == 0.0 and ours > 0.0
+    assert post_groups == 0.0 and ours > 0.0
 
 
 def test_launch_two_processes_rejects_unknown_strategies(tmp_path):
@@ -77,6 +77,20 @@ def test_peak_line_predicts_a_third_batch():
     config = tiny_bert_config()
     fixed, per = peak_line(config, 32)
     assert per > 0 and estimate_step_memory(config, 3, 32).step_peak == pytest.approx(fixed + 3 * per, rel=0.02)
+
+
+@pytest.mark.slow
+def test_batch_for_peak_finds_the_batch_behind_a_memory_figure():
+    from bertmem.memory.estimate import batch_for_peak, estimate_step_memory
+    from bertmem.model.loading import tiny_bert_config
+
+    config = tiny_bert_config()
+    figure = estimate_step_memory(config, 5, 128).step_peak  # activations set the peak at this length
+    assert batch_for_peak(config, 128, figure) == 5
+    assert batch_for_peak(config, 128, figure * 1.5) > 5 and batch_for_peak(config, 128, 1) == 1
+    short = estimate_step_memory(config, 5, 32).step_peak  # here batches 1 and 2 peak in the optimizer step
+    with pytest.raises(ValueError, match="another moment of the step"):
+        batch_for_peak(config, 32, short)
 
 
 def test_tiny_training_run_is_seeded_and_takes_overrides():

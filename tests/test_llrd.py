@@ -11,7 +11,7 @@ from transformers import (
     get_linear_schedule_with_warmup,
 )
 
-from bertmem.loop.optim import EMBEDDINGS, HEAD, layer_assignment, layerwise_param_groups, seed_article_param_groups
+from bertmem.loop.optim import EMBEDDINGS, HEAD, layer_assignment, layerwise_param_groups, post_param_groups
 from bertmem.model.loading import find_encoder_layers
 
 SMALL = dict(vocab_size=100, hidden_size=16, num_attention_heads=2, intermediate_size=32,
@@ -107,12 +107,12 @@ def test_scheduler_scales_every_group_by_the_same_factor():
 
 def test_seed_article_grouping_misses_head_and_embeddings():
     model = model_for("bert")
-    covered = {id(p) for g in seed_article_param_groups(model) for p in g["params"]}
+    covered = {id(p) for g in post_param_groups(model) for p in g["params"]}
     missed = [n for n, p in model.named_parameters() if id(p) not in covered]
     assert "classifier.weight" in missed and "bert.pooler.dense.weight" in missed
     assert any("embeddings" in n for n in missed)
     # and so an optimizer built from it never updates the classifier
-    opt = torch.optim.AdamW(seed_article_param_groups(model, base_lr=1e-2))
+    opt = torch.optim.AdamW(post_param_groups(model, base_lr=1e-2))
     before = model.classifier.weight.detach().clone()
     batch = {"input_ids": torch.randint(0, 100, (4, 8)), "labels": torch.tensor([0, 1, 0, 1])}
     model(**batch).loss.backward()

@@ -115,3 +115,19 @@ def test_paired_comparison_refuses_unpaired_tables():
         compare_paired([[1, 0, 1]], [[1, 0]])
     with pytest.raises(ValueError, match="0 \\(wrong\\) or 1"):
         compare_paired([[1, 0.5]], [[1, 0]])
+
+
+@pytest.mark.parametrize("value, text", [(1.24, "+1.2"), (-0.8, "-0.8"), (0.04, "+0.04"), (-0.003, "-0.003"),
+                                         (0.0, "0.0"), (0.05, "+0.1")])
+def test_an_interval_end_near_zero_shows_which_side_it_lies_on(value, text):
+    from bertmem.experiments.stats import bound
+
+    assert bound(value) == text
+
+
+def test_an_interval_ending_just_below_zero_is_not_printed_as_plus_zero():
+    from bertmem.experiments.stats import PairedComparison
+
+    below = PairedComparison(-0.017, 0.008, 0.016, False, "paired: 3 seeds × 1000 test examples", -0.032, -0.0004)
+    text = below.describe(" points", 100)
+    assert "to -0.04)" in text and "+0.0" not in text and "larger than the noise" in text

@@ -5,11 +5,19 @@ import pytest
 from bertmem.book.wording import (
     BAND,
     about_fraction,
+    accumulation_advice,
     accumulation_speed,
     claim_verdict,
     compare,
     cpu_precision_timing,
     device_effect,
+    fit_verdict,
+    gradient_match,
+    highest,
+    mask_match,
+    math_path_effect,
+    norm_inflation,
+    same_losses,
     epoch_paces,
     growth,
     lora_and_freezing,
@@ -134,10 +142,10 @@ def test_claim_verdict_and_the_quadratic_claim_flip():
 
 
 def test_device_effect_flips_with_the_ratio():
-    assert device_effect(1.26).startswith("The device matters on its own") and "(more than)" in device_effect(1.26)
+    assert device_effect(1.26).startswith("The device matters on its own") and "(more), so" in device_effect(1.26)
     assert device_effect(1.01).startswith("The device barely matters here")
-    assert "(less than)" in device_effect(0.7)
-    assert "on a GPU at 1,024 tokens (more than), so" in device_effect(1.3, " at 1,024 tokens")
+    assert "(less)" in device_effect(0.7) and "(about as much)" in device_effect(1.01)
+    assert "on a GPU at 1,024 tokens (more), so" in device_effect(1.3, " at 1,024 tokens")
 
 
 @pytest.mark.parametrize("doubling, words", [(2.8, "faster than linearly"), (2.0, "about linearly"),
@@ -146,6 +154,57 @@ def test_growth(doubling, words):
     assert growth(doubling) == words
 
 
+def test_growth_is_judged_against_the_linear_ratio_it_is_given():
+    linear = (8192 - 512) / (4096 - 512)  # the cost above 512 tokens, from 4,096 to 8,192 tokens
+    assert growth(linear, linear) == "about linearly" and growth(2.0 * 1.07, 2.0) == "faster than linearly"
+    assert growth(2.79, linear) == "faster than linearly" and growth(1.8, linear) == "slower than linearly"
+
+
 def test_what_stops_first_flips_at_the_position_table():
     assert "lacks positions before it lacks memory" in what_stops_first(8192)
     assert what_stops_first(512).startswith("memory, not the 512-position table")
+
+
+@pytest.mark.parametrize("needed, available, word", [(12.0, 15.0, "fits"), (15.0, 15.0, "fits"),
+                                                     (23.7, 15.0, "does not fit")])
+def test_fit_verdict_flips_at_the_budget(needed, available, word):
+    assert fit_verdict(needed, available) == word
+
+
+@pytest.mark.parametrize("ratio, words", [(1.0, "saves as much as eager attention on the same CPU (1.00×)"),
+                                          (1.015, "saves as much as"), (1.3, "(more)"), (0.6, "(less)")])
+def test_math_path_effect_flips_with_the_ratio(ratio, words):
+    assert words in math_path_effect(ratio)
+
+
+def test_highest_names_one_winner_or_every_tied_one():
+    assert highest({"α = 1.0": 0.742, "α = 0.95": 0.737}) == "α = 1.0"
+    assert highest({"tail": 0.677, "head+tail": 0.677, "head": 0.627}) == "tail and head+tail (tied)"
+    assert highest({"a": 0.5, "b": 0.5 + 1e-12}) == "a and b (tied)"
+
+
+@pytest.mark.parametrize("difference, words", [(3e-8, "the same losses up to rounding"),
+                                               (1e-5, "the same losses up to rounding"),
+                                               (2e-3, "more than rounding")])
+def test_same_losses_flips_at_rounding(difference, words):
+    assert words in same_losses(difference)
+
+
+def test_gradient_match_and_norm_inflation_flip():
+    assert gradient_match(2e-7) == "equal (fp32 round-off)" and gradient_match(0.088) == "DIFFERENT"
+    assert norm_inflation(4.0, 4) == "inflated by the 4 accumulation steps"
+    assert norm_inflation(1.0, 4) == "no inflation in this transformers version"
+    assert "not by the accumulation steps" in norm_inflation(2.0, 4)
+
+
+def test_mask_match_says_whether_the_quadratic_term_is_one_mask_per_layer():
+    assert "what one 4-byte" in mask_match(48.5, 12) and "not one" not in mask_match(48.5, 12)
+    assert "what one 2-byte" in mask_match(25.2, 12, element_bytes=2)
+    assert "not one 4-byte" in mask_match(25.2, 12) and "untested" in mask_match(25.2, 12)
+    assert "not one 4-byte" in mask_match(100, 12)
+
+
+def test_accumulation_advice_follows_the_splits():
+    assert "at no cost in speed" in accumulation_advice(1.06, 1.16)
+    assert "at a cost in speed" in accumulation_advice(0.6, 0.9)
+    assert "cannot tell" in accumulation_advice(0.95, 1.08)

@@ -15,29 +15,39 @@ from bertmem.book.chapters import (
 from bertmem.book.demos import launch_two_processes, scaled_run, synthetic_batch, synthetic_batches, tiny_training_run
 from bertmem.book.messy import MESSY_FILES, try_loading, write_corpus
 from bertmem.book.plots import as_table, plot_memory_breakdown, plot_step_timeline, plot_token_lengths
-from bertmem.book.published import SEED_TABLE, comparison, fit_margin, published_rows, tensor_peak_mib
+from bertmem.book.published import POST_TABLE, comparison, fit_margin, published_rows, tensor_peak_mib
 from bertmem.book.wording import (
     about_fraction,
+    accumulation_advice,
     accumulation_speed,
     claim_verdict,
     cpu_precision_timing,
     device_effect,
     epoch_paces,
+    fit_verdict,
+    gradient_match,
     growth,
+    highest,
     lora_and_freezing,
+    mask_match,
+    math_path_effect,
     misses,
+    norm_inflation,
     pace,
     peak_change,
     quadratic_claim,
     relative_size,
+    same_losses,
+    saving,
     size_change,
     what_stops_first,
 )
 
-__all__ = ["ChapterSettings", "LONG_TEXT_RUNS", "MESSY_FILES", "SEED_TABLE", "about_fraction", "accumulation_speed",
-    "as_table", "chapter_bench", "chapter_dataset", "chapter_settings", "claim_verdict", "comparison",
-    "cpu_precision_timing", "data_line", "device_effect", "epoch_paces", "estimated_minutes", "fit_margin", "growth",
-    "launch_two_processes", "lora_and_freezing", "misses", "pace", "peak_change", "plot_memory_breakdown",
+__all__ = ["ChapterSettings", "LONG_TEXT_RUNS", "MESSY_FILES", "POST_TABLE", "about_fraction", "accumulation_advice",
+    "accumulation_speed", "as_table", "chapter_bench", "chapter_dataset", "chapter_settings", "claim_verdict",
+    "comparison", "cpu_precision_timing", "data_line", "device_effect", "epoch_paces", "estimated_minutes",
+    "fit_margin", "fit_verdict", "gradient_match", "growth", "highest", "launch_two_processes", "lora_and_freezing",
+    "mask_match", "math_path_effect", "misses", "norm_inflation", "pace", "peak_change", "plot_memory_breakdown",
     "plot_step_timeline", "plot_token_lengths", "published_rows", "quadratic_claim", "recorded_bench",
-    "relative_size", "scaled_run", "setup_line", "size_change", "synthetic_batch", "synthetic_batches",
-    "tensor_peak_mib", "tiny_training_run", "try_loading", "what_stops_first", "write_corpus"]
+    "relative_size", "same_losses", "saving", "scaled_run", "setup_line", "size_change", "synthetic_batch",
+    "synthetic_batches", "tensor_peak_mib", "tiny_training_run", "try_loading", "what_stops_first", "write_corpus"]

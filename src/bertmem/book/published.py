@@ -44,7 +44,7 @@ SOURCES = {
                      "benchmark/nlp/actnn-transformer-test/text_classification"),
 }
 ROLES = ("fit", "held-out", "check", "other-framework", "excluded")
-SEED_TABLE = [  # the blog post's table (IMDb, RTX 3090), as printed there: not reproducible from it
+POST_TABLE = [  # the blog post's table (IMDb, RTX 3090), as printed there: not reproducible from it
     {"variant": "fp32 baseline", "memory (GB)": 10.2, "time per epoch (min)": 42, "F1": 0.923},
     {"variant": "accumulation ×4", "memory (GB)": 6.1, "time per epoch (min)": 48, "F1": 0.921},
     {"variant": "mixed precision + accumulation", "memory (GB)": 4.3, "time per epoch (min)": 35, "F1": 0.925},

@@ -7,7 +7,7 @@ and `tests/test_wording.py` renders every one with values on both sides of its t
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Mapping, Sequence
 
 BAND = 0.03  # a ratio within 3 % of 1 reads as "about the same": below the noise of one timing on a shared CPU
 NO_FAST_PATH = 3.0  # a precision taking over 3× fp32's time has no fast kernels here (emulated or converted)
@@ -55,6 +55,17 @@ def accumulation_speed(split_min: float, split_max: float) -> str:
                 "once per micro-batch, and smaller micro-batches leave less arithmetic to hide it.")
     return (f"the accumulated splits ran at {span} the throughput of one pass: some faster, some slower, a spread "
             "this table cannot tell from the noise of two timed windows.")
+
+
+def accumulation_advice(split_min: float, split_max: float) -> str:
+    """Chapter 2: what accumulation cost in speed here (from the splits' throughput), and the advice that follows."""
+    if split_min >= 1 - BAND:
+        return ("Here accumulation bought memory at no cost in speed; where it costs speed (a GPU can be such a "
+                "place), the largest micro-batch that fits is the faster choice.")
+    if split_max <= 1 + BAND:
+        return "Here accumulation bought memory at a cost in speed: use the largest micro-batch that fits."
+    return ("Whether accumulation cost speed here, this table cannot tell; on a GPU, measure it, and prefer the "
+            "largest micro-batch that fits.")
 
 
 def cpu_precision_timing(fp16_x: float, bf16_x: float, auto_choice: str) -> str:
@@ -152,16 +163,16 @@ def quadratic_claim(crossover_tokens: float, at: int = 512, tolerance: float = 0
 
 def device_effect(ratio: float, where: str = "") -> str:
     """Chapter 1: what eager attention's saved bytes on this CPU against a GPU (a ratio) say about the device."""
-    word = compare(ratio, "less than", "more than", "about as much as")
-    lead = "The device barely matters here" if word == "about as much as" else "The device matters on its own"
+    word = compare(ratio, "less", "more", "about as much")
+    lead = "The device barely matters here" if word == "about as much" else "The device matters on its own"
     return (f"{lead}: eager attention on this CPU saves {ratio:.2f}× what it saves on a GPU{where} ({word}), so "
             "set a CPU kernel against a CPU one")
 
 
-def growth(doubling: float) -> str:
-    """'faster than linearly', 'about linearly' or 'slower than linearly' for the growth when a length doubles
-    (chapter 9)."""
-    return compare(doubling / 2, "slower than linearly", "faster than linearly", "about linearly")
+def growth(ratio: float, linear: float = 2.0) -> str:
+    """'faster than linearly', 'about linearly' or 'slower than linearly' for a cost that grew `ratio`× where a
+    linear one grows `linear`× (2 when a length doubles from zero) (chapter 9)."""
+    return compare(ratio / linear, "slower than linearly", "faster than linearly", "about linearly")
 
 
 def what_stops_first(longest_fit: int, positions: int = 512) -> str:
@@ -170,3 +181,56 @@ def what_stops_first(longest_fit: int, positions: int = 512) -> str:
         return (f"up to there it is the {positions}-position table, not memory, that stops a longer sequence: "
                 "the model lacks positions before it lacks memory")
     return f"memory, not the {positions}-position table, is what stops a longer sequence"
+
+
+def fit_verdict(needed: float, available: float) -> str:
+    """'fits' or 'does not fit' for the memory a step needs against what a card has (chapter 1)."""
+    return "fits" if needed <= available else "does not fit"
+
+
+def math_path_effect(ratio: float, band: float = 0.02) -> str:
+    """Chapter 1: what the CPU's SDPA math path saves for backward against eager attention on the same CPU."""
+    word = compare(ratio, "less", "more", "as much", band=band)
+    if word == "as much":
+        return f"saves as much as eager attention on the same CPU ({ratio:.2f}×)"
+    return f"saves {ratio:.2f}× what eager attention saves on the same CPU ({word})"
+
+
+def highest(means: Mapping[str, float], tie: float = 1e-9) -> str:
+    """The name with the highest mean, or every name sharing it, marked tied (chapters 4, 9)."""
+    top = max(means.values())
+    best = [name for name, mean in means.items() if top - mean <= tie]
+    return best[0] if len(best) == 1 else " and ".join(best) + " (tied)"
+
+
+def same_losses(largest_difference: float, rounding: float = 1e-5) -> str:
+    """Chapter 5: whether two runs' losses agree up to floating-point rounding, from their largest difference."""
+    if largest_difference <= rounding:
+        return f"the same losses up to rounding (largest difference {largest_difference:.1e})"
+    return f"losses that differ by up to {largest_difference:.1e}, more than rounding"
+
+
+def gradient_match(relative_difference: float, rounding: float = 1e-5) -> str:
+    """Chapter 2: an accumulated gradient against the one-batch gradient, from their relative difference."""
+    return "equal (fp32 round-off)" if relative_difference < rounding else "DIFFERENT"
+
+
+def norm_inflation(ratio: float, steps: int, tolerance: float = 1e-3) -> str:
+    """Chapter 2: what the Trainer's logged gradient norm under accumulation (× the unsplit batch's) shows."""
+    if abs(ratio - 1) <= tolerance:
+        return "no inflation in this transformers version"
+    if abs(ratio - steps) <= tolerance * steps:
+        return f"inflated by the {steps} accumulation steps"
+    return f"inflated {ratio:.2f}×, not by the accumulation steps' {steps}×"
+
+
+def mask_match(bytes_per_token_pair: float, layers: int, element_bytes: int = 4, tolerance: float = 0.15) -> str:
+    """Chapter 9: whether fused attention's n² term is one n × n mask of `element_bytes` per layer, the padding-mask
+    bias chapter 1 finds left quadratic under fused attention."""
+    per_layer = bytes_per_token_pair / layers
+    lead = f"{bytes_per_token_pair:.0f} bytes per token pair, {per_layer:.1f} per layer"
+    if abs(per_layer / element_bytes - 1) <= tolerance:
+        return (f"{lead}: what one {element_bytes}-byte $n \\times n$ mask per layer takes, the padding-mask bias "
+                "chapter 1 finds left quadratic under fused attention")
+    return (f"{lead}: not one {element_bytes}-byte $n \\times n$ mask per layer, so something else grows with "
+            "$n^2$ here (untested)")

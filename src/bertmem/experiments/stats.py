@@ -21,6 +21,14 @@ from typing import Sequence
 CONFIDENCE = 0.95  # a difference inside the two-sided 95 % interval is called noise
 
 
+def bound(value: float) -> str:
+    """An interval's end with its sign: '+1.2', '-0.8'; one that rounds to zero keeps the digit that shows which
+    side of zero it lies on ('+0.04', '-0.003'), and exactly zero reads '0.0' (chapters 3-9)."""
+    if value == 0:
+        return "0.0"
+    return f"{value:+.1f}" if abs(value) >= 0.05 else f"{value:+.1g}"
+
+
 @dataclass(frozen=True)
 class Summary:
     """Mean, sample standard deviation and standard error of repeated measurements (chapters 4, 5)."""
@@ -113,8 +121,8 @@ class PairedComparison(Comparison):
     def describe(self, unit: str = "", scale: float = 1.0) -> str:
         """e.g. '+1.2 points (95 % interval −0.8 to +3.1): within noise (paired: 3 seeds × 500 test examples)'."""
         verdict = "within noise" if self.within_noise else "larger than the noise"
-        return (f"{self.difference * scale:+.1f}{unit} (95 % interval {self.low * scale:+.1f} to "
-                f"{self.high * scale:+.1f}): {verdict} ({self.basis})")
+        return (f"{self.difference * scale:+.1f}{unit} (95 % interval {bound(self.low * scale)} to "
+                f"{bound(self.high * scale)}): {verdict} ({self.basis})")
 
 
 def compare_paired(correct_a: Sequence[Sequence[float]], correct_b: Sequence[Sequence[float]],

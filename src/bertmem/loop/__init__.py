@@ -38,7 +38,7 @@ from bertmem.loop.optim import (
     layerwise_param_groups,
     make_optimizer,
     no_weight_decay,
-    seed_article_param_groups,
+    post_param_groups,
 )
 from bertmem.loop.precision import (
     DTYPES,
@@ -60,7 +60,7 @@ __all__ = ["DTYPES", "EMBEDDINGS", "HEAD", "Levers", "NonFiniteError", "OPTIMIZE
     "backward_with_backoff", "check_finite", "choose_precision", "count_items", "diagnose_scale_trace", "evaluate",
     "evaluate_into", "group_lr_scale", "is_out_of_memory", "layer_assignment", "layerwise_param_groups",
     "loss_weights", "make_optimizer", "make_optimizer_and_scheduler", "mixed_precision_step", "no_weight_decay",
-    "plan_for", "prepare_model", "prepare_run", "prepare_trainable", "pure_half", "seed_article_param_groups",
+    "plan_for", "prepare_model", "prepare_run", "prepare_trainable", "pure_half", "post_param_groups",
     "shard_with_fsdp2", "skipped_steps", "split_batch", "split_evenly", "sync_context", "trace_op_dtypes", "train",
     "train_baseline", "train_with_accelerate", "train_with_trainer", "trainer_first_step", "use_fused_adamw",
     "windows"]

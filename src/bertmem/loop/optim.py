@@ -96,7 +96,7 @@ def layerwise_param_groups(model: torch.nn.Module, base_lr: float, decay: float 
     return list(groups.values())
 
 
-def seed_article_param_groups(model: nn.Module, base_lr: float = 2e-5, decay: float = 0.95) -> list[dict]:
+def post_param_groups(model: nn.Module, base_lr: float = 2e-5, decay: float = 0.95) -> list[dict]:
     """The blog post's grouping, verbatim: only names containing 'layer.{k}.' get a group (chapter 4)."""
     num_layers = model.config.num_hidden_layers
     groups = []

@@ -88,8 +88,8 @@ def choose_precision(requested: str = "auto", device_type: str | None = None,
     elif device_type == "cuda":
         choice = PrecisionChoice("fp16", device_type, f"{where} (pre-Ampere, e.g. a T4): fp16 with GradScaler")
     else:
-        # chapter 3 times fp16 on a CPU: no faster than fp32 there, and it would need loss scaling
-        why = "fp16 would need loss scaling and buys no speed on a CPU" if device_type == "cpu" \
+        # fp16 would need loss scaling, and whether it is faster depends on the CPU's kernels (chapter 3 times it)
+        why = "fp16 would need loss scaling, and auto does not time it" if device_type == "cpu" \
             else "no mixed-precision policy for it"
         choice = PrecisionChoice("fp32", device_type, f"{where}: fp32 ({why})")
     if verbose:

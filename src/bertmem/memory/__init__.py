@@ -4,7 +4,7 @@
 
 from bertmem.memory.analytic import analytic_step_memory, count_bert_parameters, state_bytes_per_value
 from bertmem.memory.cards import CARD_MEMORY, CARDS, CUDA_CONTEXT_BYTES, Card, card_for, parse_memory
-from bertmem.memory.estimate import estimate_step_memory, model_config, peak_line
+from bertmem.memory.estimate import batch_for_peak, estimate_step_memory, model_config, peak_line
 from bertmem.memory.long_inputs import long_input_estimates, long_position_config
 from bertmem.memory.measure import MemoryReport, measure_step_memory, saved_activation_bytes
 from bertmem.memory.planner import (
@@ -20,7 +20,8 @@ from bertmem.memory.timeline import record_timeline
 
 __all__ = ["ALLOCATOR_MARGIN", "CARDS", "CARD_MEMORY", "CUDA_CONTEXT_BYTES", "Card", "MemoryReport", "PlanRequest",
     "SHARDED", "STRATEGIES", "StateBytes", "analytic_step_memory", "attempt_training_step", "card_for",
-    "count_bert_parameters", "estimate_for", "estimate_step_memory", "estimated_rows", "long_input_estimates",
-    "long_position_config", "measure_step_memory", "model_config", "offload_bytes", "parse_memory", "peak_line",
+    "batch_for_peak", "count_bert_parameters", "estimate_for", "estimate_step_memory", "estimated_rows",
+    "long_input_estimates", "long_position_config", "measure_step_memory", "model_config", "offload_bytes",
+    "parse_memory", "peak_line",
     "per_device_bytes", "plan_micro_batch", "record_timeline", "saved_activation_bytes", "sharding_table",
     "state_bytes_per_value"]

@@ -243,3 +243,20 @@ def peak_line(config_or_model_id, seq_len: int, **kwargs) -> tuple[float, float]
     one = estimate_step_memory(config_or_model_id, 1, seq_len, **kwargs).step_peak
     two = estimate_step_memory(config_or_model_id, 2, seq_len, **kwargs).step_peak
     return float(one - (two - one)), float(two - one)
+
+
+def batch_for_peak(config_or_model_id, seq_len: int, peak_bytes: float, **kwargs) -> int:
+    """The batch whose estimated step peak comes nearest `peak_bytes`, at least 1 (chapters 1, 5, 9): the batch
+    behind a published memory figure that does not state its own.
+
+    Read off `peak_line` and checked with one estimate at the answer: where the peak of batches 1 and 2 falls at
+    another moment of the step (the optimizer's, for short inputs) the line does not reach the answer, and it says so.
+    """
+    fixed, per_example = peak_line(config_or_model_id, seq_len, **kwargs)
+    batch = max(1, round((peak_bytes - fixed) / per_example))
+    estimated = estimate_step_memory(config_or_model_id, batch, seq_len, **kwargs).step_peak
+    if abs(estimated / (fixed + batch * per_example) - 1) > 0.02:
+        raise ValueError(f"at batch {batch} the estimated peak ({estimated / 2**30:.2f} GiB) is off the line through "
+                         f"batches 1 and 2 ({(fixed + batch * per_example) / 2**30:.2f} GiB): the peak falls at "
+                         "another moment of the step there; search the batch with estimate_step_memory instead")
+    return batch

@@ -215,7 +215,7 @@ def plan_micro_batch(request: PlanRequest, max_batch: int = 1024) -> Plan:
     breakdown = {"weights": at.get("weights", 0), "gradients": at.get("gradients", 0),
                  "optimizer state": at.get("optimizer state", 0),
                  "activations and temporaries": at.get("saved activations", 0) + at.get("temporaries", 0),
-                 f"allocator margin ({request.allocator_margin:.0%})": int(tensor_peak * request.allocator_margin),
+                 f"allocator margin ({request.allocator_margin:.1%})": int(tensor_peak * request.allocator_margin),
                  "CUDA context": request.cuda_context_bytes}
     return Plan(micro_batch=micro, accumulation_steps=request.effective_batch // micro,
                 largest_fitting_batch=largest, estimated_peak_bytes=request.needed_bytes(tensor_peak),
