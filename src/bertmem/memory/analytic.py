@@ -11,6 +11,7 @@ import torch
 
 from bertmem.loop.optim import make_optimizer
 from bertmem.memory.measure import MemoryReport, optimizer_state_bytes
+from bertmem.model.known import usable_positions
 
 
 def analytic_step_memory(config, batch_size: int, seq_len: int, attention: str = "eager",
@@ -63,10 +64,12 @@ def _check_sizes(batch_size: int, seq_len: int, config) -> None:
         raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
     if not isinstance(seq_len, int) or seq_len < 1:
         raise ValueError(f"seq_len must be a positive int, got {seq_len!r}")
-    limit = getattr(config, "max_position_embeddings", None)
+    limit = usable_positions(config)
     if limit is not None and seq_len > limit:
-        raise ValueError(f"seq_len={seq_len} exceeds max_position_embeddings={limit}: pass a config with "
-                         f"max_position_embeddings >= {seq_len} (e.g. config.max_position_embeddings = {seq_len}; "
+        table = config.max_position_embeddings
+        raise ValueError(f"seq_len={seq_len} exceeds the {limit} positions of the model's position table "
+                         f"(max_position_embeddings={table}): pass a config with max_position_embeddings >= "
+                         f"{seq_len + table - limit} (e.g. config.max_position_embeddings = {seq_len + table - limit}; "
                          "the extra positions are untrained, fine for a memory experiment)")
 
 

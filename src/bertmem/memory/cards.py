@@ -35,6 +35,8 @@ class Card:
     # TFLOP/s a BERT-class fine-tune was measured to reach on this card, by precision, and where it was published
     measured_tflops: dict[str, float] = field(default_factory=dict)
     measured_source: str = ""
+    memory_source: str = ""  # where the nvidia-smi total was read
+    pattern: str = ""  # how a CUDA device name names this card (a regular expression); default: its key as a word
 
     def __post_init__(self) -> None:
         if "fp32" not in self.peak_tflops or min(self.peak_tflops.values()) <= 0:
@@ -62,26 +64,43 @@ class Card:
 
 
 # Device memory as nvidia-smi reports each card's total (its datasheet's GB are decimal and a little more): what
-# `--memory t4` plans for, and what a plain `bertmem plan` assumes on any machine.
-CARDS = {  # NVIDIA datasheets (references.bib: nvidia2018t4, nvidia2023l4, nvidia2020a100)
+# `--memory t4` plans for, and what a plain `bertmem plan` assumes on any machine. The totals were read from
+# nvidia-smi outputs others published (`memory_source`); T4, L4, A10, A100 40GB/80GB and H100 from one list of them
+# (modal-labs/modal-client#2797). Peaks are dense (no sparsity), 16-bit with fp32 accumulation, as training uses.
+MODAL_TOTALS = "https://github.com/modal-labs/modal-client/pull/2797"
+CARDS = {  # NVIDIA datasheets and whitepapers (references.bib: the `source` of each card)
     # T4, measured: fp16, 0.30 s per batch of 32 × 128 tokens for ModernBERT-base (149 M parameters) = 6·P·T/t =
     # 12.2 TFLOP/s (earino2026t4); fp32, 54.8 sequences of 128 tokens per second for bert-base (110 M) at batch 8,
     # forward and backward = 4.6 TFLOP/s (liu2022gact's speed results).
     "T4": Card("Colab T4", 15360, {"fp32": 8.1, "fp16": 65.0}, "nvidia2018t4",
-               measured_tflops={"fp16": 12.2, "fp32": 4.6}, measured_source="earino2026t4,liu2022gact"),
-    "L4": Card("L4", 23034, {"fp32": 30.3, "fp16": 121.0, "bf16": 121.0}, "nvidia2023l4"),
-    "A100": Card("A100 40GB", 40960, {"fp32": 19.5, "fp16": 312.0, "bf16": 312.0}, "nvidia2020a100"),
-    # Cards that only the published throughput rows name (`bertmem.book.published`): NVIDIA's V100 datasheet (SXM2:
-    # fp32 15.7, tensor fp16 125) and A10 datasheet (fp32 31.2, tensor fp16 125); their memory is not used.
+               measured_tflops={"fp16": 12.2, "fp32": 4.6}, measured_source="earino2026t4,liu2022gact",
+               memory_source=MODAL_TOTALS),
+    "L4": Card("L4", 23034, {"fp32": 30.3, "fp16": 121.0, "bf16": 121.0}, "nvidia2023l4", memory_source=MODAL_TOTALS),
+    "A10": Card("A10", 23028, {"fp32": 31.2, "fp16": 125.0, "bf16": 125.0}, "nvidia2021a10",
+                memory_source=MODAL_TOTALS),
+    "RTX3090": Card("RTX 3090", 24576, {"fp32": 35.6, "fp16": 71.0, "bf16": 71.0}, "nvidia2020ga102",
+                    memory_source="https://github.com/noonghunna/club-3090/issues/1128",
+                    pattern=r"RTX\s*3090\b(?!\s*(?:Ti|Laptop))"),  # the Ti has other peaks
+    "RTX4090": Card("RTX 4090", 24564, {"fp32": 82.6, "fp16": 165.2, "bf16": 165.2}, "nvidia2022ada",
+                    memory_source="https://github.com/RLinf/RLinf/issues/255",
+                    pattern=r"RTX\s*4090\b(?!\s*(?:Laptop|D\b))"),  # the laptop part: 16 GB, lower peaks
+    # before "A100": an 80 GB device ("NVIDIA A100-SXM4-80GB") also names the A100 as a word
+    "A100-80GB": Card("A100 80GB", 81920, {"fp32": 19.5, "fp16": 312.0, "bf16": 312.0}, "nvidia2020a100",
+                      memory_source=MODAL_TOTALS, pattern=r"\bA100\b.*\b80\s*GB"),
+    "A100": Card("A100 40GB", 40960, {"fp32": 19.5, "fp16": 312.0, "bf16": 312.0}, "nvidia2020a100",
+                 memory_source=MODAL_TOTALS),
+    "H100": Card("H100 80GB (SXM)", 81559, {"fp32": 67.0, "fp16": 989.5, "bf16": 989.5}, "nvidia2022h100",
+                 memory_source=MODAL_TOTALS, pattern=r"\bH100\b(?!.*\b(?:PCIe|NVL)\b)"),  # PCIe, NVL: other peaks
+    # A card that only the published throughput rows name (`bertmem.book.published`): NVIDIA's V100 datasheet
+    # (SXM2: fp32 15.7, tensor fp16 125); its memory is not used.
     "V100": Card("V100", None, {"fp32": 15.7, "fp16": 125.0}, "NVIDIA V100 datasheet"),
-    "A10": Card("A10", None, {"fp32": 31.2, "fp16": 125.0}, "NVIDIA A10 datasheet"),
 }
 
 
 def card_for(gpu_name: str | None) -> Card | None:
     """The card a CUDA device name names as a whole word ('Tesla T4', 'NVIDIA L4'; not 'L40S'), else None."""
     for key, card in CARDS.items():
-        if gpu_name and re.search(rf"\b{key}\b", gpu_name, flags=re.IGNORECASE):
+        if gpu_name and re.search(card.pattern or rf"\b{key}\b", gpu_name, flags=re.IGNORECASE):
             return card
     return None
 # What a CUDA process holds beyond the step's tensors, held against memory others measured on GPUs
@@ -102,7 +121,8 @@ DEFAULT_CARD = "t4"
 
 
 def parse_memory(text: str) -> int:
-    """Bytes from '15GiB', '16 GB', '24000MB', a card name (t4, l4, a100) or a plain number (chapter 5)."""
+    """Bytes from '15GiB', '16 GB', '24000MB', a card name (t4, l4, a10, rtx3090, …, h100) or a plain number
+    (chapter 5)."""
     if str(text).strip().lower() in CARD_MEMORY:
         return CARD_MEMORY[str(text).strip().lower()]
     match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", str(text))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import warnings
+from pathlib import Path
 from typing import Iterator
 
 import torch
@@ -15,27 +16,22 @@ from bertmem.loop.optim import make_optimizer
 from bertmem.loop.precision import PRECISIONS, autocast_context
 from bertmem.memory.analytic import _check_sizes, adamw8bit_state_like, quantization_maps
 from bertmem.memory.measure import MemoryReport, measure_step_memory
+from bertmem.model.known import attention_kernels, known_config, takes_token_types
 from bertmem.model.loading import classifier_from_config, resolve_model_source
-
-KNOWN_CONFIGS = {  # shapes only, so estimates need no download
-    "bert-base-uncased": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072),
-    "bert-large-uncased": dict(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16,
-                               intermediate_size=4096),
-}
 
 
 def model_config(config_or_model_id, num_labels: int = 2):
-    """A transformers config from a config object, a known BERT id, or a local/Hub model (chapter 1)."""
-    from transformers import AutoConfig, BertConfig, PretrainedConfig
+    """A transformers config from a config object, a known checkpoint's id (`bertmem.model.known`), or a local
+    or Hub model (chapter 1)."""
+    from transformers import AutoConfig, PretrainedConfig
 
     if isinstance(config_or_model_id, PretrainedConfig):
         return config_or_model_id
     if not isinstance(config_or_model_id, str):
         raise TypeError(f"expected a transformers config or a model id, got {type(config_or_model_id).__name__}")
-    name = config_or_model_id.removeprefix("google-bert/")
-    if name in KNOWN_CONFIGS:
-        return BertConfig(num_labels=num_labels, **KNOWN_CONFIGS[name])
-
+    known = None if Path(config_or_model_id).expanduser().is_dir() else known_config(config_or_model_id, num_labels)
+    if known is not None:  # vendored: no download, works offline (a local folder of that name comes first)
+        return known
     return AutoConfig.from_pretrained(resolve_model_source(config_or_model_id), num_labels=num_labels)
 
 
@@ -142,11 +138,18 @@ def _fake_step(config_or_model_id, batch_size: int, seq_len: int, attention: str
 
     config = copy.deepcopy(model_config(config_or_model_id, num_labels))
     _check_sizes(batch_size, seq_len, config)
-    if attention_dropout is not None:
-        config.attention_probs_dropout_prob = attention_dropout
+    if attention not in attention_kernels(config):
+        raise ValueError(f"{config.model_type} has no {attention} attention in transformers (it has "
+                         f"{', '.join(attention_kernels(config))}): use attention='eager'")
+    if attention_dropout is not None:  # BERT's name for it; DistilBERT and ModernBERT call it attention_dropout
+        bert_name = hasattr(config, "attention_probs_dropout_prob")
+        setattr(config, "attention_probs_dropout_prob" if bert_name else "attention_dropout", attention_dropout)
+    if config.problem_type is None:  # else DeBERTa's loss asks which labels are valid (nonzero): no fake version
+        config.problem_type = "single_label_classification" if config.num_labels > 1 else "regression"
     config.use_cache = False  # an encoder caches nothing; silences the checkpointing notice
     with torch.device("meta"):
         model = AutoModelForSequenceClassification.from_config(config, attn_implementation=attention)
+        token_types = takes_token_types(model, config)
         # the levers and checkpointing exactly as a real run prepares them (on meta: peft's layers need real shapes)
         recipe = TrainConfig(lora_r=lora_r, freeze_layers=freeze_layers, gradient_checkpointing=gradient_checkpointing)
         prepare_model(model, recipe)
@@ -155,8 +158,10 @@ def _fake_step(config_or_model_id, batch_size: int, seq_len: int, attention: str
         model.to_empty(device="cpu")
         model.train()
         ids = torch.zeros(batch_size, seq_len, dtype=torch.long)
-        batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "token_type_ids": torch.zeros_like(ids),
+        batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids),
                  "labels": torch.zeros(batch_size, dtype=torch.long)}
+        if token_types:  # what the model's tokenizer gives it
+            batch["token_type_ids"] = torch.zeros_like(ids)
         trainable = [p for p in model.parameters() if p.requires_grad]
         opt = {"adamw": lambda p: torch.optim.AdamW(p, foreach=False),
                "adafactor": lambda p: make_optimizer(p, "adafactor"),

@@ -12,6 +12,7 @@ from typing import Any
 
 from bertmem.data.windows import window_count
 from bertmem.memory.estimate import estimate_step_memory, model_config
+from bertmem.model.known import usable_positions
 from bertmem.model.loading import _quiet_transformers
 
 Job = tuple[Any, int, int, dict[str, Any]]  # (configuration, sequences per step, tokens per sequence, options)
@@ -27,7 +28,8 @@ def long_position_config(config_or_model_id, length: int):
 
 
     config = copy.deepcopy(model_config(config_or_model_id))
-    config.max_position_embeddings = max(config.max_position_embeddings, length)
+    offset = config.max_position_embeddings - (usable_positions(config) or config.max_position_embeddings)
+    config.max_position_embeddings = max(config.max_position_embeddings, length + offset)  # RoBERTa's 2 rows
     return config
 
 

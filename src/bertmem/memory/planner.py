@@ -7,7 +7,7 @@ what the estimate cannot see: the CUDA context and a margin for the caching allo
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from bertmem.core.devices import empty_cache, model_device
@@ -16,9 +16,10 @@ from bertmem.core.units import GIB
 from bertmem.data.windows import check_window, default_stride, window_count
 from bertmem.loop.precision import PRECISIONS
 from bertmem.memory.cards import CARD_MEMORY, CUDA_CONTEXT_BYTES, DEFAULT_CARD
-from bertmem.memory.estimate import estimate_step_memory
+from bertmem.memory.estimate import estimate_step_memory, model_config
 from bertmem.memory.measure import measure_step_memory
 from bertmem.model.adapters import LORA_RANK
+from bertmem.model.known import attention_kernels, takes_token_types
 from bertmem.model.loading import enable_gradient_checkpointing
 
 
@@ -65,12 +66,13 @@ class PlanRequest(RefusesRenamed):
     """What to plan for: model, tokens, precision, memory budget and the effective batch (chapter 5)."""
 
     model_id: str = field(default="bert-base-uncased", metadata={
-        "help": "known BERT id, Hub id or local model folder", "flag": "--model"})
+        "help": "a Hub id (13 encoders answer offline: `bertmem.model.known`, e.g. FacebookAI/roberta-large) or a "
+                "local model folder", "flag": "--model"})
     max_length: int = field(default=512, metadata={"help": "tokens per example"})
     precision: str = field(default="fp16", metadata={"help": "autocast precision", "choices": PRECISIONS})
     memory_bytes: int = field(default=CARD_MEMORY[DEFAULT_CARD], metadata={  # the command line reads text
-        "help": "device memory: 15GiB, 16GB, a card (t4, l4, a100); 'auto' reads this machine's CUDA device's "
-                "free memory (a T4 where there is none)",
+        "help": f"device memory: 15GiB, 16GB, a card ({', '.join(CARD_MEMORY)}); 'auto' reads this machine's CUDA "
+                "device's free memory (a T4 where there is none)",
         "flag": "--memory", "parse": str, "cli_default": DEFAULT_CARD})
     effective_batch: int = field(default=32, metadata={"help": "examples per optimizer step"})
     attention: str = field(default="sdpa", metadata={"help": "attention kernel", "choices": ("sdpa", "eager")})
@@ -127,6 +129,7 @@ class Plan:
     peak_phase: str
     breakdown: dict[str, int] = field(default_factory=dict)
     request: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # where the plan differs from what was asked, and why
 
     def as_dict(self) -> dict[str, Any]:
         """One JSON-ready object (`bertmem plan --json`)."""
@@ -148,6 +151,7 @@ class Plan:
                     if self.micro_batch < min(self.largest_fitting_batch, r["effective_batch"]) else ""),
                  f"estimated peak {self.estimated_peak_bytes / GIB:.2f} GiB (during {self.peak_phase}):"]
         lines += [f"  {name:<34} {size / GIB:6.2f} GiB" for name, size in self.breakdown.items()]
+        lines += [f"note: {note}" for note in self.notes]
         return "\n".join(lines)
 
 
@@ -170,12 +174,24 @@ def estimate_for(request: PlanRequest, batch: int):
                                 lora_r=request.lora_r, freeze_layers=request.freeze_layers)
 
 
+def runnable(request: PlanRequest) -> tuple[PlanRequest, list[str]]:
+    """The request as the model can run it, with a note for each change: an attention kernel the model lacks in
+    transformers (DeBERTa-v3 has no SDPA) becomes eager, which every model has (`bertmem plan`)."""
+    kernels = attention_kernels(model_config(request.model_id))
+    if request.attention in kernels:
+        return request, []
+    note = (f"{request.model_id} has no {request.attention} attention in transformers: planned with "
+            f"{kernels[0]} attention, the kernel it runs")
+    return replace(request, attention=kernels[0]), [note]
+
+
 def plan_micro_batch(request: PlanRequest, max_batch: int = 1024) -> Plan:
     """The largest micro-batch whose estimated peak fits, and the accumulation for the effective batch (ch. 5).
 
     The peak grows linearly with the micro-batch once its moment is fixed, so two estimates give a first guess
     that a few more estimates confirm; the micro-batch used divides the effective batch exactly.
     """
+    request, notes = runnable(request)
     cache: dict[int, Any] = {}
 
     def report(batch: int):
@@ -220,7 +236,7 @@ def plan_micro_batch(request: PlanRequest, max_batch: int = 1024) -> Plan:
     return Plan(micro_batch=micro, accumulation_steps=request.effective_batch // micro,
                 largest_fitting_batch=largest, estimated_peak_bytes=request.needed_bytes(tensor_peak),
                 memory_bytes=request.memory_bytes, peak_phase=chosen.peak_phase, breakdown=breakdown,
-                request=asdict(request))
+                request=asdict(request), notes=notes)
 
 
 def planner_vs_measured(config_or_model_id, model, batch_size: int, seq_len: int, precision: str = "fp32",
@@ -245,8 +261,10 @@ def planner_vs_measured(config_or_model_id, model, batch_size: int, seq_len: int
     # mask (a data-dependent shortcut the planner, which cannot see values, never takes).
     mask = torch.ones_like(ids)
     mask[0, seq_len // 2:] = 0
-    batch = {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids),
+    batch = {"input_ids": ids, "attention_mask": mask,
              "labels": torch.randint(0, model.config.num_labels, (batch_size,), generator=generator)}
+    if takes_token_types(model, model.config):  # the batch the estimate builds
+        batch["token_type_ids"] = torch.zeros_like(ids)
     measured = measure_step_memory(model, batch, torch.optim.AdamW(model.parameters(), foreach=False), precision)
     return {"batch × seq": f"{batch_size} × {seq_len}", "precision": precision, "attention": attention,
             "checkpointing": "yes" if gradient_checkpointing else "no",

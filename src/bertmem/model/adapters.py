@@ -15,7 +15,9 @@ from bertmem.model.loading import find_encoder_layers
 
 # The attention projections LoRA adapts in each BERT-family architecture, by the names its modules use
 # (Hu et al. 2021 adapt the query and value projections).
-LORA_TARGETS = ({"query", "value"}, {"q_lin", "v_lin"}, {"query_proj", "value_proj"})
+# query and value projections by family: BERT, RoBERTa, ELECTRA, XLM-R; DistilBERT; DeBERTa. ModernBERT fuses q, k
+# and v into one `Wqkv` projection, so its adapters adapt the key projection too.
+LORA_TARGETS = ({"query", "value"}, {"q_lin", "v_lin"}, {"query_proj", "value_proj"}, {"Wqkv"})
 LORA_RANK = 8  # the book's default rank, as in Hu et al. (2022)'s RoBERTa experiments
 # Adapters start at zero and move the model only through a low-rank product, so they take larger steps than
 # full fine-tuning: Hu et al. (2022) train RoBERTa-base's adapters at 4e-4 to 5e-4, 13 to 50 times the 1e-5 to
