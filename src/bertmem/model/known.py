@@ -8,10 +8,14 @@ An estimate for any of them runs offline; the classifier built from it has rando
 
 from __future__ import annotations
 
-import functools
 import json
 from dataclasses import dataclass
 from importlib.resources import files
+
+
+# every known checkpoint's configuration, by Hub id: the one list of known checkpoints (add one there)
+_VENDORED: dict[str, dict] = json.loads(
+    files("bertmem").joinpath("recorded", "hub_configs.json").read_text(encoding="utf-8"))
 
 
 @dataclass(frozen=True)
@@ -19,8 +23,6 @@ class KnownModel:
     """A checkpoint whose configuration ships with the package (the "Will it fit?" page)."""
 
     hub_id: str
-    label: str
-    positions: str  # "absolute", "relative" or "rotary": whether a longer input needs new position embeddings
 
     @property
     def short_id(self) -> str:
@@ -28,21 +30,7 @@ class KnownModel:
         return self.hub_id.split("/", 1)[1]
 
 
-KNOWN_MODELS = {model.hub_id: model for model in (
-    KnownModel("google-bert/bert-base-uncased", "BERT base (uncased)", "absolute"),
-    KnownModel("google-bert/bert-large-uncased", "BERT large (uncased)", "absolute"),
-    KnownModel("distilbert/distilbert-base-uncased", "DistilBERT base (uncased)", "absolute"),
-    KnownModel("FacebookAI/roberta-base", "RoBERTa base", "absolute"),
-    KnownModel("FacebookAI/roberta-large", "RoBERTa large", "absolute"),
-    KnownModel("google/electra-base-discriminator", "ELECTRA base", "absolute"),
-    KnownModel("google/electra-large-discriminator", "ELECTRA large", "absolute"),
-    KnownModel("microsoft/deberta-v3-base", "DeBERTa-v3 base", "relative"),
-    KnownModel("microsoft/deberta-v3-large", "DeBERTa-v3 large", "relative"),
-    KnownModel("FacebookAI/xlm-roberta-base", "XLM-RoBERTa base", "absolute"),
-    KnownModel("FacebookAI/xlm-roberta-large", "XLM-RoBERTa large", "absolute"),
-    KnownModel("answerdotai/ModernBERT-base", "ModernBERT base", "rotary"),
-    KnownModel("answerdotai/ModernBERT-large", "ModernBERT large", "rotary"),
-)}
+KNOWN_MODELS = {hub_id: KnownModel(hub_id) for hub_id in _VENDORED}
 _BY_SHORT_ID = {model.short_id: model for model in KNOWN_MODELS.values()}
 
 
@@ -54,15 +42,7 @@ def known_model(model_id: str) -> KnownModel | None:
 def known_config_dict(model_id: str) -> dict | None:
     """The vendored configuration of a known checkpoint as a dict (with `model_type`), or None."""
     model = known_model(model_id)
-    if model is None:
-        return None
-    return dict(_vendored()[model.hub_id])
-
-
-@functools.cache
-def _vendored() -> dict[str, dict]:
-    """Every known checkpoint's configuration, read once."""
-    return json.loads(files("bertmem").joinpath("recorded", "hub_configs.json").read_text(encoding="utf-8"))
+    return None if model is None else dict(_VENDORED[model.hub_id])
 
 
 def known_config(model_id: str, num_labels: int = 2):
