@@ -1,6 +1,7 @@
 """Own data and long runs that never lie: label mapping, checked and safe resume, seeds, output folders, signals."""
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -340,3 +341,24 @@ def test_a_checkpoint_from_before_the_renames_still_resumes():
     assert settings_differences(older, now) == []
     assert settings_differences(dict(older, batch_size=4, micro_batch_size=4), now) == [
         "micro_batch: checkpoint 4, now 8"]
+
+
+@pytest.mark.parametrize("name", ["bitsandbytes.backends.cpu.ops", "kernels._internals.hf_hub"])
+def test_the_4bit_kernel_notices_are_dropped_and_other_messages_pass(name, caplog):
+    from bertmem.core.runtime import quiet_bitsandbytes_notice
+
+    quiet_bitsandbytes_notice()
+    with caplog.at_level("WARNING", logger=name):
+        logging.getLogger(name).warning("Skipping a check for 'kernels-community/quantization-bitsandbytes'")
+        logging.getLogger(name).warning("something else went wrong")
+    assert [r.getMessage() for r in caplog.records] == ["something else went wrong"]
+
+
+@pytest.mark.slow
+def test_importing_bitsandbytes_offline_prints_nothing():
+    """What `bertmem train` prints stays its own: no notice about kernels the book never uses."""
+    code = ("from bertmem.core.runtime import quiet_bitsandbytes_notice; quiet_bitsandbytes_notice(); "
+            "import bitsandbytes")
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stderr.strip() == "" and done.stdout.strip() == "", done.stderr

@@ -34,8 +34,14 @@ def quiet_progress_import() -> None:
 
 
 def _no_kernel_notice(record: logging.LogRecord) -> bool:
-    """False for bitsandbytes' notice that optional 4-bit CPU kernels (which the book never uses) are missing."""
+    """False for the notices about bitsandbytes' optional 4-bit CPU kernels (which the book never uses): missing,
+    or not checked offline."""
     return "kernels-community" not in record.getMessage()
+
+
+# Who says it: bitsandbytes when the kernel cannot load, and the `kernels` package (a dependency of transformers
+# since 5.25) when it looks the kernel up offline.
+KERNEL_NOTICE_LOGGERS = ("bitsandbytes.backends.cpu.ops", "kernels._internals.hf_hub")
 
 
 COLAB_CONTENT = Path("/content")  # Colab's working folder: shown in its file browser, wiped by a runtime reset
@@ -86,13 +92,14 @@ def where_runs_live(folder: str | Path, content: Path | None = None) -> str:
 
 
 def quiet_bitsandbytes_notice() -> None:
-    """Drop that one notice, whoever imports bitsandbytes (transformers, peft, chapter 8) (all chapters).
+    """Drop those notices, whoever imports bitsandbytes (transformers, peft, chapter 8) (all chapters).
 
-    It comes at import or at the first CPU operation, so a filter stays on its logger; other messages pass.
+    They come at import or at the first CPU operation, so a filter stays on their loggers; other messages pass.
     """
-    logger = logging.getLogger("bitsandbytes.backends.cpu.ops")
-    if _no_kernel_notice not in logger.filters:
-        logger.addFilter(_no_kernel_notice)
+    for name in KERNEL_NOTICE_LOGGERS:
+        logger = logging.getLogger(name)
+        if _no_kernel_notice not in logger.filters:
+            logger.addFilter(_no_kernel_notice)
 
 
 def text_bar_in_notebook(bar_class) -> bool:
