@@ -9,7 +9,7 @@ TORCH_SPEC ?= torch==2.13.0
 HAS_GPU := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && echo yes)
 
 
-.PHONY: install lint check colab-stack execute test unit notebooks notebooks-gpu-profile book site-check bench bench-estimator bench-planner bench-stability gpu-check clean
+.PHONY: install lint check colab-stack execute test unit notebooks notebooks-gpu-profile book site-check bench bench-estimator bench-planner bench-stability fit-page gpu-check clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -78,6 +78,11 @@ bench-estimator: install
 # `bertmem plan` against real CPU steps (within 5 %) and its answers for a T4, an L4 and an A100 (~2 min).
 bench-planner: install
 	$(PY) benchmarks/planner.py
+
+# The "Will it fit?" page's data from the planner: every checkpoint, length, precision and lever it offers
+# -> book/_static/will_it_fit_data.js (26 min on 2 cores; prints its size and time).
+fit-page: install
+	$(PY) scripts/make_fit_page.py
 
 # Chapter 5's live bench twice and once on another dataset: same story? time ratios within 10 %? (~50 min)
 bench-stability: install

@@ -233,3 +233,173 @@ def test_bibliography_page_lists_the_references(site):
     html = (site / "book" / "bibliography.html").read_text(encoding="utf-8")
     assert html.count('class="citation"') + html.count("role=\"doc-biblioentry\"") + html.count("<dt") >= 10
     assert "Rajbhandari" in html and "Devlin" in html
+
+
+# "Will it fit?" (book/will_it_fit.md): the page's answers against `bertmem plan --json`, the page driven like a
+# reader, and at phone width. Sampled choices: every checkpoint, eight cards, fp32/fp16/bf16, both kernels,
+# checkpointing, every optimizer and way of training, lengths 128 to 8,192, fitting and not fitting.
+FIT_SAMPLES = [  # model, card, length, precision, attention, checkpointing, optimizer, adaptation, effective batch
+    ("google-bert/bert-base-uncased", "t4", 512, "fp16", "sdpa", False, "adamw", "full", 32),
+    ("google-bert/bert-base-uncased", "t4", 512, "fp32", "eager", False, "adamw", "full", 32),
+    ("google-bert/bert-base-uncased", "h100", 128, "bf16", "sdpa", False, "adamw", "full", 2048),
+    ("google-bert/bert-large-uncased", "t4", 512, "fp16", "sdpa", True, "adamw8bit", "full", 64),
+    ("google-bert/bert-large-uncased", "a10", 256, "bf16", "eager", False, "adafactor", "freeze", 32),
+    ("distilbert/distilbert-base-uncased", "t4", 128, "fp32", "sdpa", False, "adamw", "lora", 16),
+    ("distilbert/distilbert-base-uncased", "a100", 512, "fp32", "eager", True, "adafactor", "freeze", 1),
+    ("FacebookAI/roberta-base", "l4", 512, "bf16", "sdpa", False, "adamw", "full", 32),
+    ("FacebookAI/roberta-large", "rtx3090", 512, "bf16", "sdpa", True, "adamw8bit", "full", 32),
+    ("FacebookAI/roberta-large", "t4", 512, "fp32", "eager", False, "adamw", "full", 32),
+    ("google/electra-base-discriminator", "rtx4090", 256, "fp16", "eager", True, "adamw", "freeze", 48),
+    ("google/electra-base-discriminator", "l4", 512, "fp16", "sdpa", True, "adamw8bit", "lora", 32),
+    ("google/electra-large-discriminator", "a100", 512, "bf16", "sdpa", False, "adafactor", "full", 128),
+    ("microsoft/deberta-v3-base", "t4", 512, "fp16", "eager", False, "adamw", "full", 32),
+    ("microsoft/deberta-v3-base", "l4", 8192, "bf16", "eager", False, "adamw", "full", 8),
+    ("microsoft/deberta-v3-large", "a100-80gb", 2048, "bf16", "eager", True, "adamw8bit", "lora", 16),
+    ("FacebookAI/xlm-roberta-base", "t4", 128, "fp32", "sdpa", False, "adamw", "full", 32),
+    ("FacebookAI/xlm-roberta-large", "t4", 512, "fp32", "eager", False, "adamw", "full", 32),
+    ("FacebookAI/xlm-roberta-large", "h100", 256, "bf16", "sdpa", True, "adafactor", "lora", 256),
+    ("answerdotai/ModernBERT-base", "t4", 8192, "fp16", "sdpa", True, "adamw", "full", 32),
+    ("answerdotai/ModernBERT-base", "rtx4090", 1024, "bf16", "eager", False, "adamw", "lora", 24),
+    ("answerdotai/ModernBERT-large", "t4", 8192, "fp32", "eager", False, "adamw", "full", 32),
+    ("answerdotai/ModernBERT-large", "a100-80gb", 4096, "bf16", "sdpa", False, "adamw8bit", "freeze", 64),
+]
+FIELDS = ("model", "card", "length", "precision", "attention", "checkpointing", "optimizer", "adaptation",
+          "effective_batch")
+
+
+def plan_answer(capsys, choice: dict) -> dict:
+    """What `bertmem plan --json` answers for a page choice: its JSON, or the GiB one example needs."""
+    from bertmem.book.fit_page import levers
+    from bertmem.cli import main
+
+    lever = levers(choice["model"], choice["adaptation"])
+    argv = ["plan", "--model", choice["model"], "--memory", choice["card"], "--max-length", str(choice["length"]),
+            "--precision", choice["precision"], "--attention", choice["attention"],
+            "--gradient-checkpointing" if choice["checkpointing"] else "--no-gradient-checkpointing",
+            "--optimizer", choice["optimizer"], "--effective-batch", str(choice["effective_batch"]),
+            "--freeze-layers", str(lever["freeze_layers"]), "--json"]
+    if lever["lora_r"]:
+        argv += ["--lora-r", str(lever["lora_r"])]
+    capsys.readouterr()
+    try:
+        assert main(argv) == 0
+    except SystemExit as stop:
+        err = capsys.readouterr().err
+        assert stop.code == 2 and "needs at least" in err, err
+        return {"fits": False, "one_example_gib": err.split("needs at least ")[1].split(" GiB")[0]}
+    return {"fits": True, **json.loads(capsys.readouterr().out)}
+
+
+def open_fit_page(browser, base_url):
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    browser.get(urljoin(base_url, "book/will_it_fit.html"))
+    WebDriverWait(browser, 30).until(lambda d: d.execute_script(
+        "return !!window.BertmemFit && !document.getElementById('wif-answer').hidden"))
+
+
+def test_will_it_fit_answers_as_bertmem_plan_does(site, base_url, browser, capsys, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    samples = [dict(zip(FIELDS, sample)) for sample in FIT_SAMPLES]
+    assert len(samples) >= 20 and len({s["model"] for s in samples}) >= 13 and len({s["card"] for s in samples}) >= 6
+    open_fit_page(browser, base_url)
+    rows, problems = [], []
+    for choice in samples:
+        page = browser.execute_script("return window.BertmemFit.answer(arguments[0])", choice)
+        cli = plan_answer(capsys, choice)
+        name = " ".join(str(choice[f]) for f in FIELDS)
+        if page["fits"] != cli["fits"]:
+            problems.append(f"{name}: page fits={page['fits']}, plan fits={cli['fits']}")
+            continue
+        if not cli["fits"]:
+            rows.append(f"| {name} | does not fit: {page['one_example_bytes'] / 2**30:.2f} GiB for one | "
+                        f"needs at least {cli['one_example_gib']} GiB |")
+            if f"{page['one_example_bytes'] / 2**30:.2f}" != cli["one_example_gib"]:
+                problems.append(f"{name}: one example {page['one_example_bytes'] / 2**30:.2f} GiB on the page, "
+                                f"{cli['one_example_gib']} GiB from plan")
+            continue
+        same = {"micro-batch": (page["micro_batch"], cli["micro_batch"]),
+                "accumulation": (page["accumulation_steps"], cli["accumulation_steps"]),
+                "largest": (page["largest_capped"], cli["largest_fitting_batch"]),
+                "phase": (page["peak_phase"], cli["peak_phase"])}
+        problems += [f"{name}: {what} {a} on the page, {b} from plan" for what, (a, b) in same.items() if a != b]
+        # the same integers, not merely within the issue's 3 %: the page runs the planner's arithmetic on its lines
+        if page["estimated_peak_bytes"] != cli["estimated_peak_bytes"]:
+            problems.append(f"{name}: peak {page['estimated_peak_bytes']} on the page, "
+                            f"{cli['estimated_peak_bytes']} from plan")
+        parts = {"weights": "weights", "gradients": "gradients", "state": "optimizer state",
+                 "activations": "activations and temporaries", "context": "CUDA context"}
+        for ours, theirs in parts.items():
+            if page["breakdown"][ours] != cli["breakdown"][theirs]:
+                problems.append(f"{name}: {theirs} {page['breakdown'][ours]} on the page, "
+                                f"{cli['breakdown'][theirs]} from plan")
+        rows.append(f"| {name} | {page['micro_batch']} × {page['accumulation_steps']}, largest {page['largest']}, "
+                    f"{page['estimated_peak_bytes'] / 2**30:.3f} GiB | {cli['micro_batch']} × "
+                    f"{cli['accumulation_steps']}, largest {cli['largest_fitting_batch']}, "
+                    f"{cli['estimated_peak_bytes'] / 2**30:.3f} GiB |")
+    assert sum(not browser.execute_script("return window.BertmemFit.answer(arguments[0]).fits", dict(zip(
+        FIELDS, s))) for s in FIT_SAMPLES) >= 2, "the samples should include choices that do not fit"
+    shots = Path(os.environ.get("BERTMEM_SCREENSHOTS", ROOT / "_build" / "screenshots"))
+    shots.mkdir(parents=True, exist_ok=True)
+    (shots / "will_it_fit_vs_plan.md").write_text("| choice | page | bertmem plan --json |\n|---|---|---|\n"
+                                                  + "\n".join(rows) + "\n", encoding="utf-8")
+    assert not problems, "\n".join(problems)
+    assert len(rows) == len(samples)
+
+
+def _select(browser, name: str, value) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    Select(browser.find_element(By.ID, f"wif-{name}")).select_by_value(str(value))
+
+
+def test_will_it_fit_is_driven_like_a_reader_and_fits_a_phone(site, base_url, browser):
+    from selenium.webdriver.common.by import By
+
+    browser.get_log("browser")  # drop what earlier pages logged
+    open_fit_page(browser, base_url)
+    text = lambda name: browser.find_element(By.ID, f"wif-{name}").text  # noqa: E731
+    current = "return window.BertmemFit.answer(window.BertmemFit.current())"
+    for choice in (("FacebookAI/roberta-large", "l4", 512, "bf16", "sdpa", "1", "adamw8bit", "full"),
+                   ("answerdotai/ModernBERT-large", "t4", 8192, "fp32", "eager", "0", "adamw", "full"),
+                   ("microsoft/deberta-v3-base", "a100", 1024, "bf16", "eager", "0", "adafactor", "lora")):
+        for name, value in zip(FIELDS, choice):
+            _select(browser, name, value)
+        answer = browser.execute_script(current)
+        assert answer["fits"] == (browser.find_element(By.ID, "wif-answer").get_attribute("data-state") == "fits")
+        if answer["fits"]:
+            assert f"Largest micro-batch: {answer['largest']}" in text("verdict")
+            assert f"micro-batch {answer['micro_batch']} × {answer['accumulation_steps']}" in text("plan")
+            assert f"{answer['estimated_peak_bytes'] / 2**30:.2f} GiB" in text("plan")
+            assert len(browser.find_elements(By.CSS_SELECTOR, "#wif-bar .wif-part")) == 7
+        else:
+            assert f"one example needs {answer['one_example_bytes'] / 2**30:.2f} GiB" in text("verdict")
+            assert "largest micro-batch" in text("levers"), "a choice that does not fit names the levers that help"
+        assert "accelerate estimate-memory" in text("accelerate") and "Training using Adam" in text("accelerate")
+    # the options follow the model and the card: no 8,192 tokens for BERT, no bf16 on a T4, no SDPA for DeBERTa
+    _select(browser, "model", "google-bert/bert-base-uncased")
+    lengths = [o.get_attribute("value") for o in browser.find_elements(By.CSS_SELECTOR, "#wif-length option")]
+    assert lengths == ["128", "256", "512"]
+    _select(browser, "card", "t4")
+    assert "bf16" not in [o.get_attribute("value") for o in browser.find_elements(By.CSS_SELECTOR,
+                                                                                     "#wif-precision option")]
+    _select(browser, "model", "microsoft/deberta-v3-large")
+    assert [o.get_attribute("value") for o in browser.find_elements(By.CSS_SELECTOR, "#wif-attention option")] == [
+        "eager"]
+    assert "published GPU memory readings" in text("validation")
+    loaded = browser.execute_script("return performance.getEntriesByType('resource').map(r => r.name)")
+    assert all(url.startswith(base_url) for url in loaded), [u for u in loaded if not u.startswith(base_url)]
+    assert not [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+    browser.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                            {"width": 390, "height": 844, "deviceScaleFactor": 2, "mobile": True})
+    try:
+        open_fit_page(browser, base_url)
+        width = browser.execute_script("return [document.documentElement.scrollWidth, window.innerWidth, "
+                                       "document.getElementById('wif').getBoundingClientRect().right]")
+        assert width[0] <= width[1] and width[2] <= 390, f"sideways scrolling at 390 px: {width}"
+        shots = Path(os.environ.get("BERTMEM_SCREENSHOTS", ROOT / "_build" / "screenshots"))
+        shots.mkdir(parents=True, exist_ok=True)
+        browser.save_screenshot(str(shots / "will_it_fit_390px.png"))
+    finally:
+        browser.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})

@@ -1,0 +1,314 @@
+// "Will it fit?": bertmem's planner in the browser. The data (will_it_fit_data.js, window.BERTMEM_FIT) holds, for
+// every configuration, the estimated step's peak as lines in the micro-batch b (bytes = fixed + b * per example);
+// this script runs the planner's search on them, as `bertmem plan` does. Nothing is loaded from the network.
+(function () {
+  "use strict";
+  const PHASES = ["forward", "backward", "optimizer"];
+  const GIB = 2 ** 30;
+  const OPTIMIZERS = { adamw: "AdamW", adamw8bit: "8-bit AdamW", adafactor: "Adafactor" };
+  const ADAPTATIONS = { full: "every weight", lora: "LoRA adapters", freeze: "upper half (lower half frozen)" };
+  const PARTS = [
+    ["weights", "weights"],
+    ["gradients", "gradients"],
+    ["state", "optimizer state"],
+    ["activations", "activations and temporaries"],
+    ["margin", "allocator margin"],
+    ["context", "CUDA context"],
+  ];
+
+  function data() {
+    if (!window.BERTMEM_FIT) throw new Error("will_it_fit_data.js did not load");
+    return window.BERTMEM_FIT;
+  }
+
+  function gib(bytes) {
+    return (bytes / GIB).toFixed(2);
+  }
+
+  function modelOf(id) {
+    const model = data().models.find((m) => m.id === id);
+    if (!model) throw new Error("unknown checkpoint " + id);
+    return model;
+  }
+
+  function cardOf(key) {
+    const card = data().cards.find((c) => c.key === key);
+    if (!card) throw new Error("unknown card " + key);
+    return card;
+  }
+
+  function precisions(card) {
+    return card.bf16 ? ["fp32", "fp16", "bf16"] : ["fp32", "fp16"];
+  }
+
+  // The estimated tensor peak of one step at micro-batch b, and what is alive at that moment.
+  function peakAt(entry, facts, b) {
+    if (b === 1 && entry.one) entry = entry.one; // estimated on its own where one example is off the lines
+    let best = null;
+    for (const [fixed, perExample, weights, gradients, phase] of entry.lines) {
+      const value = fixed + b * perExample;
+      if (best === null || value > best.value) best = { value, weights, gradients, phase };
+    }
+    const [fixed, perExample, weights, gradients] = entry.end;
+    const [state, rise] = facts;
+    const optimizer = fixed + b * perExample + rise; // the optimizer's own step, on top of the end of backward
+    if (optimizer > best.value) best = { value: optimizer, weights, gradients, phase: 2 };
+    return { peak: best.value + state, weights: best.weights, gradients: best.gradients, state,
+             phase: PHASES[best.phase] };
+  }
+
+  // What `bertmem plan` answers for a choice: {fits, largest (searched to max_batch), largest_capped (as the
+  // command searches: to the effective batch), micro_batch, accumulation_steps, estimated_peak_bytes, ...}.
+  function answer(choice) {
+    const d = data();
+    const model = modelOf(choice.model);
+    const card = cardOf(choice.card);
+    const precision = choice.precision === "fp32" ? "fp32" : "bf16"; // fp16 and bf16 hold the same bytes
+    const key = [choice.model, choice.length, precision, choice.attention, choice.checkpointing ? 1 : 0,
+      choice.adaptation].join("|");
+    const entry = d.peaks[key];
+    if (!entry) throw new Error("no estimate for " + key);
+    const facts = model.optimizers[choice.optimizer][choice.adaptation];
+    const needed = (peak) => Math.floor(peak * (1 + d.margin)) + d.context;
+    const fits = (b) => needed(peakAt(entry, facts, b).peak) <= card.memory;
+    const effective = Math.max(1, Math.floor(choice.effective_batch));
+    const out = { fits: fits(1), memory_bytes: card.memory, effective_batch: effective };
+    if (!out.fits) {
+      out.one_example_bytes = needed(peakAt(entry, facts, 1).peak);
+      return out;
+    }
+    let largest = 1;
+    while (largest < d.max_batch && fits(largest + 1)) largest += 1;
+    out.largest = largest;
+    out.largest_capped = Math.min(largest, Math.min(d.max_batch, Math.max(effective, 2)));
+    let micro = 1;
+    for (let m = 1; m <= Math.min(largest, effective); m += 1) if (effective % m === 0) micro = m;
+    out.micro_batch = micro;
+    out.accumulation_steps = effective / micro;
+    const at = peakAt(entry, facts, micro);
+    out.estimated_peak_bytes = needed(at.peak);
+    out.peak_phase = at.phase;
+    out.breakdown = {
+      weights: at.weights, gradients: at.gradients, state: at.state,
+      activations: at.peak - at.weights - at.gradients - at.state,
+      margin: Math.floor(at.peak * d.margin), context: d.context,
+    };
+    return out;
+  }
+
+  // One change at a time: what each lever would do to the largest micro-batch.
+  function alternatives(choice) {
+    const model = modelOf(choice.model);
+    const card = cardOf(choice.card);
+    const half = card.bf16 ? "bf16" : "fp16";
+    const out = [];
+    const add = (label, change) => out.push({ label, choice: Object.assign({}, choice, change) });
+    if (!choice.checkpointing) add("gradient checkpointing", { checkpointing: true });
+    if (choice.attention !== "sdpa" && model.attentions.includes("sdpa")) add("SDPA attention", { attention: "sdpa" });
+    if (choice.precision === "fp32") add(half + " mixed precision", { precision: half });
+    for (const name of ["adamw8bit", "adafactor"]) {
+      if (choice.optimizer !== name) add(OPTIMIZERS[name], { optimizer: name });
+    }
+    if (choice.adaptation !== "lora") add("LoRA adapters (r = " + data().lora_rank + ")", { adaptation: "lora" });
+    if (choice.adaptation === "full") {
+      add("freeze the lower " + model.frozen_layers + " of " + model.layers + " layers", { adaptation: "freeze" });
+    }
+    const shorter = model.lengths.filter((n) => n < choice.length);
+    if (shorter.length) add(shorter[shorter.length - 1] + " tokens", { length: shorter[shorter.length - 1] });
+    const bigger = data().cards.filter((c) => c.memory > card.memory).sort((a, b) => a.memory - b.memory)[0];
+    if (bigger) {
+      const precision = choice.precision === "bf16" && !bigger.bf16 ? "fp16" : choice.precision;
+      add("the " + bigger.name, { card: bigger.key, precision });
+    }
+    return out.map((alt) => Object.assign(alt, { answer: answer(alt.choice) }));
+  }
+
+  function pairs(choice, singles) {
+    const found = [];
+    for (let i = 0; i < singles.length; i += 1) {
+      for (let j = i + 1; j < singles.length; j += 1) {
+        const changed = (alt) => Object.keys(alt.choice).filter((name) => alt.choice[name] !== choice[name]);
+        const first = changed(singles[i]);
+        const second = changed(singles[j]);
+        if (second.some((name) => first.includes(name))) continue; // two values for one setting
+        const merged = Object.assign({}, singles[i].choice);
+        for (const name of second) merged[name] = singles[j].choice[name];
+        let result;
+        try {
+          result = answer(merged);
+        } catch (err) {
+          continue; // a combination the data has no estimate for
+        }
+        if (result.fits) found.push({ label: singles[i].label + " + " + singles[j].label, answer: result });
+      }
+    }
+    return found.sort((a, b) => b.answer.largest - a.answer.largest).slice(0, 5);
+  }
+
+  // ---- the page ----
+  const $ = (id) => document.getElementById("wif-" + id);
+
+  // Options for a select, keeping the wanted value where it is offered, else the nearest one below it (lengths),
+  // else `fallback`, else the first.
+  function fill(select, options, wanted, fallback) {
+    const values = options.map((o) => String(o[0]));
+    select.replaceChildren(...options.map(([value, label]) => new Option(label, String(value))));
+    let value = String(wanted);
+    if (!values.includes(value)) {
+      const below = values.filter((v) => v !== "" && !Number.isNaN(Number(v)) && Number(v) <= Number(wanted));
+      value = below.length ? below[below.length - 1] : values.includes(fallback) ? fallback : values[0];
+    }
+    select.value = value;
+  }
+
+  function current() {
+    return {
+      model: $("model").value, card: $("card").value, length: Number($("length").value),
+      precision: $("precision").value, attention: $("attention").value,
+      checkpointing: $("checkpointing").value === "1", optimizer: $("optimizer").value,
+      adaptation: $("adaptation").value,
+      effective_batch: Math.min(4096, Math.max(1, Math.floor(Number($("batch").value)) || 1)),
+    };
+  }
+
+  // What the reader last chose for the settings whose options depend on the model or the card: kept when an
+  // option disappears (bf16 on a T4, SDPA for DeBERTa, 8,192 tokens for BERT) and restored when it comes back.
+  const wanted = { length: 512, precision: "fp32", attention: "sdpa" };
+
+  function refreshOptions() {
+    const model = modelOf($("model").value);
+    const card = cardOf($("card").value);
+    fill($("length"), model.lengths.map((n) => [n, n.toLocaleString("en-US")]), wanted.length);
+    fill($("precision"), precisions(card).map((p) => [p, p]), wanted.precision, "fp16");
+    fill($("attention"), model.attentions.map((a) => [a, a === "sdpa" ? "SDPA (fused)" : "eager"]),
+      wanted.attention);
+  }
+
+  function text(tag, content, className) {
+    const node = document.createElement(tag);
+    node.textContent = content;
+    if (className) node.className = className;
+    return node;
+  }
+
+  function render() {
+    refreshOptions();
+    const choice = current();
+    const model = modelOf(choice.model);
+    const card = cardOf(choice.card);
+    const result = answer(choice);
+    const verdict = $("verdict");
+    const plan = $("plan");
+    verdict.className = result.fits ? "wif-verdict wif-yes" : "wif-verdict wif-no";
+    if (result.fits) {
+      verdict.textContent = "Fits. Largest micro-batch: " + result.largest
+        + (result.largest >= data().max_batch ? " (searched up to " + data().max_batch + ")" : "") + ".";
+      plan.textContent = "For an effective batch of " + result.effective_batch + ": micro-batch "
+        + result.micro_batch + " × " + result.accumulation_steps + " accumulation step"
+        + (result.accumulation_steps === 1 ? "" : "s") + ". Estimated peak " + gib(result.estimated_peak_bytes)
+        + " GiB of the card's " + gib(card.memory) + " GiB, during " + result.peak_phase + ".";
+    } else {
+      verdict.textContent = "Does not fit: one example needs " + gib(result.one_example_bytes) + " GiB; the "
+        + card.name + " has " + gib(card.memory) + " GiB.";
+      plan.textContent = "";
+    }
+    drawBar(result, card);
+    drawLevers(choice, result);
+    drawAccelerate(choice, model, result);
+    $("answer").dataset.state = result.fits ? "fits" : "no-fit";
+  }
+
+  function drawBar(result, card) {
+    const bar = $("bar");
+    const table = $("parts");
+    bar.replaceChildren();
+    table.replaceChildren();
+    if (!result.fits) return;
+    for (const [part, label] of PARTS) {
+      const bytes = result.breakdown[part];
+      const share = (100 * bytes) / card.memory;
+      const piece = document.createElement("span");
+      piece.className = "wif-part wif-" + part;
+      piece.style.width = share.toFixed(3) + "%";
+      piece.title = label + ": " + gib(bytes) + " GiB";
+      bar.appendChild(piece);
+      const row = document.createElement("tr");
+      const key = document.createElement("td");
+      key.appendChild(text("span", "", "wif-key wif-" + part));
+      key.appendChild(document.createTextNode(" " + label));
+      row.appendChild(key);
+      row.appendChild(text("td", gib(bytes) + " GiB", "wif-num"));
+      table.appendChild(row);
+    }
+    const free = document.createElement("span");
+    free.className = "wif-part wif-free";
+    free.style.flexGrow = "1";
+    free.title = "free";
+    bar.appendChild(free);
+  }
+
+  function drawLevers(choice, result) {
+    const list = $("levers");
+    list.replaceChildren();
+    const singles = alternatives(choice);
+    for (const alt of singles) {
+      const r = alt.answer;
+      const said = r.fits ? "largest micro-batch " + r.largest : "does not fit (one example: "
+        + gib(r.one_example_bytes) + " GiB)";
+      list.appendChild(text("li", alt.label + ": " + said, r.fits ? "wif-yes" : "wif-no"));
+    }
+    if (!result.fits && !singles.some((alt) => alt.answer.fits)) {
+      const two = pairs(choice, singles);
+      for (const p of two) list.appendChild(text("li", p.label + ": largest micro-batch " + p.answer.largest,
+        "wif-yes"));
+      if (!two.length) list.appendChild(text("li", "no two of these changes together make it fit", "wif-no"));
+    }
+  }
+
+  function drawAccelerate(choice, model, result) {
+    const a = model.accelerate;
+    const row = choice.precision === "fp32" ? ["float32", a.adam_fp32] : ["float16", a.adam_fp16];
+    const ours = result.fits ? "bertmem's peak at micro-batch " + result.micro_batch + ": "
+      + gib(result.estimated_peak_bytes) + " GiB, of which activations and temporaries "
+      + gib(result.breakdown.activations) + " GiB" : "bertmem: one example does not fit";
+    $("accelerate").textContent = "accelerate estimate-memory " + choice.model + ": weights " + gib(a.weights)
+      + " GiB; \"Training using Adam\" (" + row[0] + " row) " + gib(row[1]) + " GiB, the same for any batch and "
+      + "length. " + ours + ".";
+  }
+
+  function validation() {
+    const v = data().validation;
+    if (!v) return;
+    $("validation").textContent = "These are estimates. Held against " + v.readings + " published GPU memory "
+      + "readings of bert-base and bert-large training runs (" + v.fit_readings + " of them used to fit the "
+      + "allocator margin), the planner's answers came to " + v.ratio_low.toFixed(2) + "–" + v.ratio_high.toFixed(2)
+      + " × the reading (" + v.held_low.toFixed(2) + "–" + v.held_high.toFixed(2) + " on the others), and it "
+      + "agreed with " + v.checks_agreeing + " of " + v.checks + " published runs that fit or ran out of memory. "
+      + "The other encoders are estimated the same way and not checked against GPU readings. "
+      + "Estimated with torch " + data().versions.torch + " and transformers " + data().versions.transformers + ".";
+  }
+
+  function start() {
+    const d = data();
+    fill($("model"), d.models.map((m) => [m.id, m.id + " (" + Math.round(m.parameters / 1e6) + " M)"]),
+      "google-bert/bert-base-uncased");
+    fill($("card"), d.cards.map((c) => [c.key, c.name + " (" + gib(c.memory) + " GiB)"]), "t4");
+    fill($("optimizer"), Object.entries(OPTIMIZERS), "adamw");
+    fill($("adaptation"), Object.entries(ADAPTATIONS), "full");
+    fill($("checkpointing"), [["0", "off"], ["1", "on"]], "0");
+    for (const id of ["model", "card", "length", "precision", "attention", "checkpointing", "optimizer",
+      "adaptation", "batch"]) {
+      $(id).addEventListener(id === "batch" ? "input" : "change", () => {
+        if (id in wanted) wanted[id] = id === "length" ? Number($(id).value) : $(id).value;
+        render();
+      });
+    }
+    validation();
+    render();
+    $("answer").hidden = false;
+  }
+
+  window.BertmemFit = { answer, alternatives, current };
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start);
+  else start();
+})();

@@ -1,0 +1,47 @@
+"""Generate the "Will it fit?" page's data (book/_static/will_it_fit_data.js) from the planner.
+
+    python scripts/make_fit_page.py [--workers 2] [--models ID ...] [--lengths 128 512 ...] [--output PATH]
+
+Prints the number of configurations, the file's size and the wall time. Two estimates per configuration under
+FakeTensorMode (nothing allocated); 26 minutes on two cores for the whole grid.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # every model's configuration is vendored
+
+from bertmem.book.fit_page import FIT_LENGTHS, grid, off_the_line_at_one, page_data, write_page_data  # noqa: E402
+from bertmem.model.known import KNOWN_MODELS  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
+    parser.add_argument("--models", nargs="+", default=list(KNOWN_MODELS), choices=list(KNOWN_MODELS))
+    parser.add_argument("--lengths", nargs="+", type=int, default=list(FIT_LENGTHS))
+    parser.add_argument("--output", type=Path, default=ROOT / "book" / "_static" / "will_it_fit_data.js")
+    parser.add_argument("--no-validation", action="store_true", help="skip the published-readings summary")
+    args = parser.parse_args(argv)
+    start = time.perf_counter()
+    configs = grid(args.models, args.lengths)
+    estimates = 2 * len(configs) + sum(map(off_the_line_at_one, configs))
+    print(f"{len(configs)} configurations, {estimates} estimates, {args.workers} worker(s)", flush=True)
+    data = page_data(args.models, args.lengths, workers=args.workers, validation=not args.no_validation)
+    size = write_page_data(args.output, data)
+    minutes = (time.perf_counter() - start) / 60
+    print(f"wrote {args.output.relative_to(ROOT) if args.output.is_relative_to(ROOT) else args.output}: "
+          f"{size / 1e6:.2f} MB, {len(data['models'])} models, {len(data['cards'])} cards, "
+          f"{len(data['peaks'])} configurations, in {minutes:.1f} min")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

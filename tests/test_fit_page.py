@@ -1,0 +1,137 @@
+"""The "Will it fit?" page's data: exact peak lines, the grid it covers, and the package's constants (the page).
+
+The page's answers against `bertmem plan --json` and the page in a browser: tests/test_site_browser.py."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from transformers import BertConfig
+
+from bertmem.book.fit_page import (
+    ADAPTATIONS,
+    FIT_OPTIMIZERS,
+    FitConfig,
+    config_lines,
+    grid,
+    model_lengths,
+    optimizer_facts,
+    peak_lines,
+    read_page_data,
+    upper_envelope,
+    write_page_data,
+)
+from bertmem.memory.cards import CARDS
+from bertmem.memory.estimate import estimate_step_memory
+from bertmem.memory.planner import PlanRequest
+from bertmem.model.adapters import LORA_RANK
+from bertmem.model.known import KNOWN_MODELS
+
+DATA = Path(__file__).resolve().parents[1] / "book" / "_static" / "will_it_fit_data.js"
+
+
+@pytest.fixture(scope="module")
+def data():
+    if not DATA.exists():
+        pytest.fail(f"{DATA.name} is missing: generate it with `make fit-page`")
+    return read_page_data(DATA)
+
+
+def test_the_envelope_is_the_highest_line_at_every_batch_and_the_earliest_of_ties():
+    rng = np.random.default_rng(0)
+    fixed, per_example = rng.integers(0, 10**6, 400), rng.integers(0, 5000, 400)
+    fixed[7], per_example[7] = fixed[3], per_example[3]  # a tie: the earlier line (3) is the one kept
+    kept = upper_envelope(fixed, per_example, top=200)
+    for b in range(1, 201):
+        values = fixed + b * per_example
+        assert max(values[kept]) == values.max()
+        assert kept[int(np.argmax(values[kept]))] == int(np.argmax(values))  # the first moment of the peak
+    assert 7 not in kept and len(kept) < 40
+
+
+def test_two_estimates_give_the_peak_at_every_micro_batch():
+    """The live bytes of a step are lines in the micro-batch: batches 2 and 3 give the peak at 1, 5 and 9."""
+    config = BertConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
+                        vocab_size=500, max_position_embeddings=128)
+    estimate = lambda b: estimate_step_memory(config, b, 32, precision="bf16", optimizer="none")  # noqa: E731
+    found = peak_lines(estimate(2), estimate(3))
+    for b in (1, 5, 9):
+        lines = [fixed + b * per_example for fixed, per_example, *_ in found["lines"]]
+        assert max(lines) == estimate(b).step_peak
+    report = estimate(5)
+    fixed, per_example, weights, gradients = found["end"]
+    assert fixed + 5 * per_example == report.timeline.live_bytes()[-1]
+    assert weights == report.timeline.breakdown_at(-1)["weights"] > 0
+
+
+def test_the_grid_covers_every_known_checkpoint_to_8192_tokens_where_positions_allow():
+    configs = grid()
+    assert {c.model_id for c in configs} == set(KNOWN_MODELS) and len(KNOWN_MODELS) >= 12
+    assert model_lengths("google-bert/bert-base-uncased") == (128, 256, 512)
+    assert model_lengths("FacebookAI/roberta-large") == (128, 256, 512)  # 514 positions, two spent on an offset
+    assert 8192 in model_lengths("answerdotai/ModernBERT-large") and 8192 in model_lengths("microsoft/deberta-v3-base")
+    assert {c.attention for c in configs if "deberta" in c.model_id} == {"eager"}
+
+
+def test_the_page_data_is_small_and_covers_the_grid(data):
+    assert DATA.stat().st_size <= 2 * 10**6
+    assert {m["id"] for m in data["models"]} == set(KNOWN_MODELS)
+    assert set(data["peaks"]) == {c.key for c in grid()}, "stale data: run scripts/make_fit_page.py"
+    assert max(max(m["lengths"]) for m in data["models"]) == 8192
+    for model in data["models"]:
+        assert set(model["optimizers"]) == set(FIT_OPTIMIZERS)
+        assert all(set(by) == set(ADAPTATIONS) for by in model["optimizers"].values())
+        assert model["accelerate"]["adam_fp32"] == 4 * model["accelerate"]["weights"]
+
+
+def test_the_page_data_holds_the_packages_cards_and_constants(data):
+    """A change to the planner's margin, context, LoRA rank or card table makes stale data fail here."""
+    request = PlanRequest()
+    assert (data["margin"], data["context"], data["lora_rank"]) == (
+        request.allocator_margin, request.cuda_context_bytes, LORA_RANK)
+    cards = {c["key"]: (c["memory"], c["bf16"]) for c in data["cards"]}
+    assert cards == {key.lower(): (card.memory_mib * 2**20, card.low_precision() == "bf16")
+                     for key, card in CARDS.items() if card.memory_mib}
+    assert len(cards) >= 6 and not cards["t4"][1]
+
+
+def test_the_page_data_is_what_the_planner_estimates_today(data):
+    """Stale data fails here: one configuration's lines and one model's optimizer figures, recomputed."""
+    model = "distilbert/distilbert-base-uncased"
+    config = FitConfig(model, 128, "fp32", "sdpa", False, "full")
+    assert config_lines(config) == data["peaks"][config.key]
+    facts = next(m for m in data["models"] if m["id"] == model)["optimizers"]["adamw"]["full"]
+    assert optimizer_facts(model, "full", "adamw") == facts
+
+
+def test_the_data_file_round_trips_and_refuses_a_foreign_file(tmp_path):
+    path = tmp_path / "data.js"
+    size = write_page_data(path, {"a": [1, 2]})
+    assert read_page_data(path) == {"a": [1, 2]} and size == path.stat().st_size
+    path.write_text("window.X = {};")
+    with pytest.raises(ValueError, match="make_fit_page"):
+        read_page_data(path)
+
+
+@pytest.mark.slow
+def test_the_optimizer_adds_a_constant_to_forward_and_backward():
+    """What `optimizer_facts` relies on (it raises otherwise): forward and backward are the same step with the
+    state alive; here for a model whose optimizer step can hold the peak (XLM-R's large embedding)."""
+    state, rise = optimizer_facts("FacebookAI/xlm-roberta-base", "full", "adamw")
+    assert state > 2 * 4 * 270_000_000 and rise > 0  # AdamW's step works through temporaries
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model, off", [("answerdotai/ModernBERT-base", True),
+                                        ("google-bert/bert-base-uncased", False)])
+def test_one_example_is_estimated_on_its_own_where_it_is_off_the_lines(model, off):
+    """ModernBERT's eager attention at micro-batch 1 is above the line through 2 and 3; BERT's is on it."""
+    from bertmem.book.fit_page import _estimate, off_the_line_at_one
+
+    config = FitConfig(model, 512, "bf16", "eager", False, "full")
+    lines = config_lines(config)
+    on_line = max(fixed + per_example for fixed, per_example, *_ in lines["lines"])
+    assert off_the_line_at_one(config) == off == ("one" in lines)
+    assert (_estimate(config, 1).step_peak != on_line) == off
+    if off:
+        assert lines["one"]["lines"][0][0] == _estimate(config, 1).step_peak
