@@ -21,7 +21,8 @@ import numpy as np
 
 from bertmem.core.runtime import quiet_bitsandbytes_notice
 from bertmem.memory.cards import CARDS
-from bertmem.memory.estimate import estimate_step_memory, model_config
+from bertmem.book.published import comparison, published_rows
+from bertmem.memory.estimate import estimate_step_memory, model_config, parameter_count
 from bertmem.memory.measure import MemoryReport
 from bertmem.memory.planner import ALLOCATOR_MARGIN, PlanRequest
 from bertmem.model.adapters import LORA_RANK
@@ -95,20 +96,22 @@ def _moments(report: MemoryReport) -> tuple[np.ndarray, list[int]]:
     """Live bytes before the step and right after each allocation, where a peak can fall, with each moment's event
     index (-1: before the step). Frees are no moments of their own: the tensors one operation releases can go in
     another order in another run (a set's order follows addresses), what is alive at the next allocation cannot."""
-    live = sum(report.timeline.baseline.values())
-    values, indices = [live], [-1]
-    for index, (_, delta) in enumerate(report.timeline.events):
-        live += delta
-        if delta > 0:
-            values.append(live)
-            indices.append(index)
-    return np.array(values, dtype=np.int64), indices
+    timeline = report.timeline
+    live = timeline.live_bytes()
+    at = [index for index, (_, delta) in enumerate(timeline.events) if delta > 0]
+    return np.array([sum(timeline.baseline.values()), *(live[i] for i in at)], dtype=np.int64), [-1, *at]
 
 
 def _live_at_end(report: MemoryReport, events: int | None = None) -> int:
     """Live bytes after the first `events` events of the step (all of them by default)."""
-    timeline = report.timeline
-    return sum(timeline.baseline.values()) + sum(delta for _, delta in timeline.events[:events])
+    live = report.timeline.live_bytes()[:events]
+    return live[-1] if live else sum(report.timeline.baseline.values())
+
+
+def _phase_code(timeline, index: int) -> int:
+    """The page's code for the phase of an event (the baseline counts as forward: it is never the peak alone)."""
+    phase = timeline.phase_at(index)
+    return PHASES.index(phase if phase in PHASES else "forward")
 
 
 def upper_envelope(fixed: np.ndarray, per_example: np.ndarray, top: int = MAX_BATCH) -> list[int]:
@@ -140,9 +143,8 @@ def peak_lines(two: MemoryReport, three: MemoryReport) -> dict[str, Any]:
         parts2, parts3 = t2.breakdown_at(index), t3.breakdown_at(index)
         if (parts2["weights"], parts2["gradients"]) != (parts3["weights"], parts3["gradients"]):
             raise ValueError("weights or gradients at a peak moment change with the micro-batch")
-        phase = t2.phase_at(index)
         lines.append([int(fixed[moment]), int(per_example[moment]), parts2["weights"], parts2["gradients"],
-                      PHASES.index(phase if phase in PHASES else "forward")])
+                      _phase_code(t2, index)])
     end2, end3 = _live_at_end(two), _live_at_end(three)
     end = t2.breakdown_at(len(t2.events) - 1)
     return {"lines": lines, "end": [end2 - 2 * (end3 - end2), end3 - end2, end["weights"], end["gradients"]]}
@@ -161,9 +163,7 @@ def single_point(report: MemoryReport) -> dict[str, Any]:
     moment = int(np.argmax(values))  # the first of equal values, as the planner takes
     index, timeline = at[moment], report.timeline
     parts, end = timeline.breakdown_at(index), timeline.breakdown_at(len(timeline.events) - 1)
-    phase = timeline.phase_at(index)
-    return {"lines": [[int(values[moment]), 0, parts["weights"], parts["gradients"],
-                       PHASES.index(phase if phase in PHASES else "forward")]],
+    return {"lines": [[int(values[moment]), 0, parts["weights"], parts["gradients"], _phase_code(timeline, index)]],
             "end": [_live_at_end(report), 0, end["weights"], end["gradients"]]}
 
 
@@ -214,8 +214,6 @@ def accelerate_answer(model_id: str) -> dict[str, int]:
 
 def validation_summary() -> dict[str, Any]:
     """How the planner did against published GPU readings (chapter 5's table), for the page to quote."""
-    from bertmem.book.published import comparison, published_rows
-
     versus = comparison(published_rows(("fit", "held-out")), ALLOCATOR_MARGIN)
     ratios = [float(row["planner / published"]) for row in versus]
     held = [float(row["planner / published"]) for row in versus if row["role"] == "held-out"]
@@ -249,8 +247,6 @@ def _pool_map(function, jobs: list, workers: int) -> list:
 
 def model_entry(model_id: str) -> dict[str, Any]:
     """What the page shows and needs about a model besides its lines."""
-    from bertmem.memory.estimate import parameter_count
-
     config = model_config(model_id)
     return {"id": model_id, "parameters": parameter_count(model_id), "layers": config.num_hidden_layers,
             "frozen_layers": frozen_layers(model_id), "lengths": list(model_lengths(model_id)),
