@@ -9,7 +9,7 @@ TORCH_SPEC ?= torch==2.13.0
 HAS_GPU := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && echo yes)
 
 
-.PHONY: install lint check colab-stack execute test unit notebooks notebooks-gpu-profile book site-check bench bench-estimator bench-planner bench-stability fit-page gpu-check clean
+.PHONY: install lint check colab-stack execute test unit notebooks notebooks-gpu-profile book site-check bench bench-estimator bench-planner bench-stability fit-page gpu-check gpu-measure clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -92,6 +92,14 @@ bench-stability: install
 # (wall time, CUDA peak, the planner's estimate, versions). Refuses to run without a GPU.
 gpu-check: install
 	$(PY) scripts/gpu_check.py --output results/gpu
+
+# On a machine with a CUDA GPU: the planner against the allocator (13 shapes), chapter 5's baseline against its
+# recipe, the three loops' losses -> results/gpu/measured.json, then the planner's estimates beside the rows and
+# results/gpu/measured.md (a few minutes on an H200; the committed run is src/bertmem/recorded/gpu-nvidia-h200.json).
+# TOKENIZER: a folder with bert-base-uncased's WordPiece files (default: the MiniLM package's, the same vocabulary).
+gpu-measure: install
+	$(PY) scripts/gpu_measure.py --tokenizer "$${TOKENIZER:-$$($(PY) -c 'from bertmem.model.loading import packaged_minilm_path as p; print(p())')}" --output results/gpu/measured.json
+	$(PY) scripts/gpu_measure.py --add-estimates results/gpu/measured.json
 
 # Chapter 5's table: the article's four rows, checkpointing and LoRA on this machine's profile, three seeds, paired
 # accuracy intervals (CPU: ~100 min on 2 cores; the committed src/bertmem/recorded/bench-cpu.json is one such run),

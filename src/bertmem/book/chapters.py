@@ -172,7 +172,7 @@ def chapter_runs(profile: Profile) -> dict[str, list[Run]]:
                Run(data["05"], "auto", repeats=2 * rounds["05"], recompute=4 / 3)],  # + smallest footprint
         "06": [Run(data["06-warmup"], precision["06-warmup"], epochs=2, repeats=2),
                Run(data["06-truncation"], precision["06-truncation"], repeats=2)],
-        "07": [], "A1": [],
+        "07": [], "A1": [], "A3": [],  # A3 reads a recorded GPU run and times one step
         # five levers per seed, and LoRA once more at the full fine-tuning rate (its failure mode)
         "08": [Run(data["08"], precision["08"], repeats=5 * rounds["08"] + 1)],
         # three cuts per seed; then each seed's head model (already loaded) reads the long test reviews in
@@ -233,6 +233,8 @@ def data_line(chapter: str, profile: Profile) -> str:
     """What this chapter reads under this profile: dataset, sizes, tokens, micro-batch (setup cells)."""
     if chapter == "A1":
         return "data: your own file (a small CSV written below stands in for it)"
+    if chapter == "A3":
+        return "data: a recorded GPU run; one step on random token ids at the end"
     if chapter not in CHAPTER_RUNS:
         return f"data: a few dozen {profile.dataset} examples at up to {profile.max_length} tokens"
     parts = []
@@ -264,6 +266,7 @@ def setup_line(chapter: str, profile: Profile, gpu_name: str | None = None) -> s
     minutes = chapter_minutes(profile, parameter_count(profile.model_id), card)[chapter]
     basis = ("a BERT fine-tune's published throughput on it" if card.measured_tflops
              else f"{card.utilisation:.0%} of the datasheet peak")
-    return (f"{reads}\nthis chapter, {profile.name} profile: about {minutes:.0f} min on {where} (estimated from a "
+    length = f"about {minutes:.0f} min" if minutes >= 0.5 else "under a minute"
+    return (f"{reads}\nthis chapter, {profile.name} profile: {length} on {where} (estimated from a "
             f"FLOP count at {basis}, plus this chapter's CPU-side work and model loads; a fresh runtime adds about "
             f"{FIRST_RUN_MINUTES:.0f} min once for the install and downloads)")

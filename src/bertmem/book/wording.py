@@ -25,6 +25,27 @@ def pace(time_ratio: float) -> str:
     return compare(time_ratio, "faster", "slower", "about as fast")
 
 
+def pace_than(time_ratio: float) -> str:
+    """'faster than', 'slower than' or 'about as fast as' for a time ratio against a reference (A3)."""
+    return compare(time_ratio, "faster than", "slower than", "about as fast as")
+
+
+def first_meeting(first_ms: float, seen_ms: float, first_off_ms: float, seen_off_ms: float,
+                  factor: float = 1.5) -> str:
+    """A3: what a step on a length met for the first time costs against one already seen, with the default
+    attention kernels and with cuDNN's off, says about where the cost lies."""
+    default_pays = first_ms > factor * seen_ms
+    off_pays = first_off_ms > factor * seen_off_ms
+    if default_pays and not off_pays:
+        return ("So the first meeting with a length is what costs, and cuDNN's attention is what pays it: its "
+                "kernels are set up once per shape, and a short run that meets many lengths pays that set-up "
+                "again and again.")
+    if default_pays:
+        return ("So the first meeting with a length costs extra with cuDNN's attention off as well: the set-up "
+                "is not cuDNN's alone.")
+    return "Here the first meeting with a length costs no more than a later one."
+
+
 def size_change(ratio: float) -> str:
     """'smaller', 'larger' or 'about as large' for a memory ratio against a reference (chapters 3, 5, 8)."""
     return compare(ratio, "smaller", "larger", "about as large")

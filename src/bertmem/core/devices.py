@@ -97,6 +97,35 @@ def peak_memory_bytes(device: torch.device) -> int | None:
     return torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
 
 
+def peak_reserved_bytes(device: torch.device) -> int | None:
+    """`torch.cuda.max_memory_reserved` since the last reset: the allocator's cached blocks at their most; None
+    on the CPU (the GPU page)."""
+    return torch.cuda.max_memory_reserved(device) if device.type == "cuda" else None
+
+
+def reserved_bytes(device: torch.device) -> int | None:
+    """What PyTorch's caching allocator holds now (`torch.cuda.memory_reserved`); None on the CPU (the GPU page)."""
+    return torch.cuda.memory_reserved(device) if device.type == "cuda" else None
+
+
+def card_used_bytes(device: torch.device) -> int | None:
+    """The card's used memory as nvidia-smi reports it (NVML: every process, the CUDA context included); None on
+    the CPU or where NVML cannot be read (the GPU page)."""
+    if device.type != "cuda":
+        return None
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            handle = pynvml.nvmlDeviceGetHandleByIndex(device.index or 0)
+            return int(pynvml.nvmlDeviceGetMemoryInfo(handle).used)
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # no nvidia-ml-py, or no driver library: the row says None instead of a guess
+        return None
+
+
 def empty_cache(device: torch.device | None = None) -> None:
     """Give cached GPU blocks back after an out-of-memory error; nothing to give back on the CPU."""
     if (device is None or torch.device(device).type == "cuda") and torch.cuda.is_available():

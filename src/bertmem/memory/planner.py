@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+import torch
+
 from bertmem.core.devices import empty_cache, model_device
 from bertmem.core.flags import RefusesRenamed
 from bertmem.core.units import GIB
@@ -239,6 +241,23 @@ def plan_micro_batch(request: PlanRequest, max_batch: int = 1024) -> Plan:
                 request=asdict(request), notes=notes)
 
 
+def random_batch(model, batch_size: int, seq_len: int, seed: int = 0) -> dict:
+    """Seeded random token ids shaped as the estimate's batch, with one half-padded row (chapter 5, the GPU page).
+
+    The padded row is there as in real batches: with an all-ones mask transformers skips building the attention
+    mask (a data-dependent shortcut the planner, which cannot see values, never takes).
+    """
+    generator = torch.Generator().manual_seed(seed)
+    ids = torch.randint(5, model.config.vocab_size, (batch_size, seq_len), generator=generator)
+    mask = torch.ones_like(ids)
+    mask[0, seq_len // 2:] = 0
+    batch = {"input_ids": ids, "attention_mask": mask,
+             "labels": torch.randint(0, model.config.num_labels, (batch_size,), generator=generator)}
+    if takes_token_types(model, model.config):  # the batch the estimate builds
+        batch["token_type_ids"] = torch.zeros_like(ids)
+    return batch
+
+
 def planner_vs_measured(config_or_model_id, model, batch_size: int, seq_len: int, precision: str = "fp32",
                         attention: str = "sdpa", gradient_checkpointing: bool = False) -> dict[str, Any]:
     """The planner's estimate against one real CPU step of `model` (same shapes): a validation row (chapter 5).
@@ -246,25 +265,13 @@ def planner_vs_measured(config_or_model_id, model, batch_size: int, seq_len: int
     `model` must be built with the same attention implementation; its step runs on this machine's CPU, so the
     estimate follows the CPU's kernel choices.
     """
-    import torch
-
 
     estimate = estimate_step_memory(config_or_model_id, batch_size, seq_len, precision=precision,
                                     attention=attention, gradient_checkpointing=gradient_checkpointing, device="cpu")
     model.train()
     if gradient_checkpointing:
         enable_gradient_checkpointing(model)
-    generator = torch.Generator().manual_seed(0)
-    vocab = model.config.vocab_size
-    ids = torch.randint(5, vocab, (batch_size, seq_len), generator=generator)
-    # A padded row, as in real batches: with an all-ones mask transformers skips building the attention
-    # mask (a data-dependent shortcut the planner, which cannot see values, never takes).
-    mask = torch.ones_like(ids)
-    mask[0, seq_len // 2:] = 0
-    batch = {"input_ids": ids, "attention_mask": mask,
-             "labels": torch.randint(0, model.config.num_labels, (batch_size,), generator=generator)}
-    if takes_token_types(model, model.config):  # the batch the estimate builds
-        batch["token_type_ids"] = torch.zeros_like(ids)
+    batch = random_batch(model, batch_size, seq_len)
     measured = measure_step_memory(model, batch, torch.optim.AdamW(model.parameters(), foreach=False), precision)
     return {"batch × seq": f"{batch_size} × {seq_len}", "precision": precision, "attention": attention,
             "checkpointing": "yes" if gradient_checkpointing else "no",
@@ -293,8 +300,6 @@ class StepAttempt:
 
 def attempt_training_step(model, batch: dict, precision: str = "fp32") -> StepAttempt:
     """One AdamW step on the model's device; an out-of-memory error becomes an answer, not a crash (chapter 1)."""
-    import torch
-
 
     device = model_device(model)
     try:

@@ -1,0 +1,127 @@
+"""Measured on a GPU: the recorded run of `scripts/gpu_measure.py`, as the A3 page shows it (A3).
+
+The run travels with the package (`bertmem/recorded/gpu-<card>.json`), so the page reads the same numbers on the
+website, in Jupyter and in Colab; nothing here measures.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from bertmem.book.bench_info import recorded_bench
+from bertmem.book.published import POST_TABLE
+from bertmem.core.units import GIB, MIB
+from bertmem.memory.cards import CUDA_CONTEXT_BYTES
+from bertmem.memory.planner import ALLOCATOR_MARGIN
+
+RECORDED_CARD = "nvidia-h200"  # the card of the one recorded run (a lent H200, no Hub: random weights)
+
+
+def recorded_gpu_run(card: str = RECORDED_CARD) -> dict[str, Any]:
+    """The recorded GPU run of `card`, with the planner's estimates beside each row (A3)."""
+    return recorded_bench(f"gpu-{card}")
+
+
+def planner_rows(run: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per measured shape: the allocator's peaks, the card's total, the planner's estimate and need (A3)."""
+    return [{"shape": r["label"], "allocated peak (GiB)": r["allocated peak"] / GIB,
+             "estimated peak (GiB)": r["estimated peak"] / GIB, "estimate error": f"{r['estimate error']:+.1%}",
+             "reserved peak (GiB)": r["reserved peak"] / GIB, "process at peak (GiB)": r["process at peak"] / GIB,
+             "planner needs (GiB)": r["planner needs"] / GIB, "planner error": f"{r['planner error']:+.1%}",
+             "margin needed": f"{r['margin needed']:.1%}"} for r in run["planner"]]
+
+
+def calibration(run: dict[str, Any]) -> dict[str, Any]:
+    """What the rows say about the planner's overhead model: estimate errors, the measured CUDA context, the
+    allocator margin each row needed, against the planner's assumptions (A3)."""
+    rows = run["planner"]
+    errors = [r["estimate error"] for r in rows]
+    margins = [r["margin needed"] for r in rows]
+    return {"rows": len(rows), "estimate error low": min(errors), "estimate error high": max(errors),
+            "estimates below": sum(e < 0 for e in errors),
+            "context MiB": statistics.median(r["context"] for r in rows) / MIB,
+            "assumed context MiB": CUDA_CONTEXT_BYTES / MIB, "assumed margin": ALLOCATOR_MARGIN,
+            "margin low": min(margins), "margin high": max(margins),
+            "margin covered": sum(m <= ALLOCATOR_MARGIN for m in margins),
+            "planner short": sum(r["planner error"] < 0 for r in rows),
+            "planner error low": min(r["planner error"] for r in rows),
+            "planner error high": max(r["planner error"] for r in rows)}
+
+
+def bench_rows(run: dict[str, Any]) -> list[dict[str, Any]]:
+    """Chapter 5's fp32 baseline and full recipe on the GPU, with PyTorch's attention kernels as they come and
+    with cuDNN's attention off, each against its own baseline; MFU against the precision's measured peak (A3)."""
+    rows = []
+    for kernels, key in (("default", "bench"), ("cuDNN attention off", "bench, cuDNN attention off")):
+        bench = run[key]["rows"]
+        base = next(r for r in bench if r["variant"] == "fp32 baseline")
+        for r in bench:
+            rows.append({"attention kernels": kernels, "variant": r["variant"], "precision": r["precision"],
+                         "micro-batch": r["micro-batch"], "CUDA peak (GiB)": r["CUDA peak (MiB)"] * MIB / GIB,
+                         "peak ratio": r["CUDA peak (MiB)"] / base["CUDA peak (MiB)"],
+                         "examples/s": r["examples/s"], "time ratio": r["time ratio"],
+                         "time ratio range": r["time ratio range"], "MFU": f"{r['MFU']:.1%}"})
+    return rows
+
+
+def beside_rows(run: dict[str, Any]) -> list[dict[str, Any]]:
+    """The full recipe against the fp32 baseline here, on this book's CPU bench and in the article's table (A3)."""
+    def gpu(key: str) -> dict[str, Any]:
+        rows = {r["variant"]: r for r in run[key]["rows"]}
+        recipe, base = rows["full recipe"], rows["fp32 baseline"]
+        return {"memory ratio": recipe["CUDA peak (MiB)"] / base["CUDA peak (MiB)"],
+                "time ratio": recipe["time ratio"]}
+
+    cpu = {r["variant"]: r for r in recorded_bench()["rows"]}["full recipe"]
+    post = {r["variant"]: r for r in POST_TABLE}
+    post_memory = post["full recipe"]["memory (GB)"] / post["fp32 baseline"]["memory (GB)"]
+    post_time = post["full recipe"]["time per epoch (min)"] / post["fp32 baseline"]["time per epoch (min)"]
+    return [{"where": f"{run['environment']['gpu']}, default kernels", "measures": "CUDA peak",
+             **gpu("bench")},
+            {"where": f"{run['environment']['gpu']}, cuDNN attention off", "measures": "CUDA peak",
+             **gpu("bench, cuDNN attention off")},
+            {"where": "this book's CPU bench (chapter 5)", "measures": "saved activations",
+             "memory ratio": cpu["activations ratio"], "time ratio": cpu["time ratio"]},
+            {"where": "the article's table (RTX 3090, as printed)", "measures": "memory (GB), as printed",
+             "memory ratio": post_memory, "time ratio": post_time}]
+
+
+def shape_rows(run: dict[str, Any]) -> list[dict[str, Any]]:
+    """The dynamic-padding benchmark: median step on first meeting a length and once it was seen (A3)."""
+    return [{"setting": name, "first meeting, median (ms)": r["first pass median (ms)"],
+             "seen before, median (ms)": r["second pass median (ms)"],
+             "first pass total (s)": r["first pass total (s)"], "distinct lengths": r["distinct lengths"]}
+            for name, r in run["sdpa shapes"]["rows"].items()]
+
+
+def backend_losses(run: dict[str, Any]) -> list[dict[str, Any]]:
+    """The three loops' losses per optimizer step, side by side (A3)."""
+    losses = run["backends"]["losses"]
+    names = list(losses)
+    return [{"optimizer step": i + 1, **{name: losses[name][i] for name in names}}
+            for i in range(len(losses[names[0]]))]
+
+
+def plot_planner_check(run: dict[str, Any], ax=None):
+    """Estimated against measured: the tensor peak (left) and the planner's whole need (right), in GiB (A3)."""
+    import matplotlib.pyplot as plt
+
+    rows = run["planner"]
+    axes = ax if ax is not None else plt.subplots(1, 2, figsize=(10, 4))[1]
+    pairs = (("allocated peak", "estimated peak", "tensor peak: allocator vs estimate"),
+             ("process at peak", "planner needs", "whole card: NVML vs the planner"))
+    for axis, (measured, estimated, title) in zip(axes, pairs):
+        x = [r[measured] / GIB for r in rows]
+        y = [r[estimated] / GIB for r in rows]
+        top = 1.05 * max(x + y)
+        axis.plot([0, top], [0, top], color="grey", linestyle="--", label="estimate = measured")
+        axis.scatter(x, y, color="tab:blue", label="one shape")
+        axis.set_xlim(0, top)
+        axis.set_ylim(0, top)
+        axis.set_xlabel(f"measured on {run['environment']['gpu']} (GiB)")
+        axis.set_ylabel("estimated (GiB)")
+        axis.set_title(title)
+        axis.grid(alpha=0.3)
+        axis.legend(loc="upper left")
+    return axes

@@ -1,0 +1,117 @@
+"""The planner against a real allocator: one steady-state training step per shape (the GPU page).
+
+On a CUDA GPU each row records `torch.cuda.max_memory_allocated` (tensors), `max_memory_reserved` (the caching
+allocator's blocks), the card's used memory from NVML (what nvidia-smi shows, the CUDA context included) and the
+book's timeline peak on the real tensors. `add_estimates` puts the planner's FakeTensor estimate and its overhead
+model (allocator margin, CUDA context) beside them, on any machine: the estimate needs shapes, not a GPU.
+"""
+
+from __future__ import annotations
+
+import gc
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+
+from bertmem.core.devices import (card_used_bytes, empty_cache, peak_reserved_bytes, require_device,
+                                  reserved_bytes, reset_peak_memory, synchronize)
+from bertmem.loop.optim import make_optimizer
+from bertmem.memory.estimate import estimate_step_memory, model_config
+from bertmem.memory.measure import measure_step_memory
+from bertmem.memory.planner import PlanRequest, random_batch
+from bertmem.model.loading import classifier_from_config, enable_gradient_checkpointing
+
+
+@dataclass(frozen=True)
+class StepShape:
+    """One configuration of a training step: model, micro-batch, tokens, precision, attention, checkpointing."""
+
+    model_id: str
+    batch: int
+    seq_len: int
+    precision: str
+    attention: str
+    checkpointing: bool = False
+
+    def label(self) -> str:
+        """'bert-base-uncased 8×512 bf16 sdpa +ckpt': one line for a table."""
+        return (f"{self.model_id} {self.batch}×{self.seq_len} {self.precision} {self.attention}"
+                + (" +ckpt" if self.checkpointing else ""))
+
+
+BASE = "bert-base-uncased"
+# batch × length × precision × attention × checkpointing around the GPU profile (8 × 512) and chapter 5's bench
+# (32 × 512 fp32 eager against 8 × 512 half precision sdpa), plus bert-large for a second model size
+CALIBRATION_SHAPES = (
+    StepShape(BASE, 8, 512, "fp32", "eager"), StepShape(BASE, 8, 512, "fp32", "sdpa"),
+    StepShape(BASE, 8, 512, "fp16", "eager"), StepShape(BASE, 8, 512, "fp16", "sdpa"),
+    StepShape(BASE, 8, 512, "bf16", "sdpa"), StepShape(BASE, 8, 512, "bf16", "sdpa", True),
+    StepShape(BASE, 32, 128, "fp32", "eager"), StepShape(BASE, 32, 128, "bf16", "sdpa"),
+    StepShape(BASE, 16, 512, "bf16", "eager"), StepShape(BASE, 32, 512, "fp32", "eager"),
+    StepShape(BASE, 32, 512, "fp16", "sdpa", True), StepShape(BASE, 16, 256, "fp32", "sdpa", True),
+    StepShape("bert-large-uncased", 8, 512, "bf16", "sdpa"),
+)
+
+
+def random_classifier(model_id: str, attention: str, seed: int = 0, config=None):
+    """A classifier built from the model's configuration with seeded random weights: the same shapes and cost as
+    the pretrained one (the GPU page)."""
+    torch.manual_seed(seed)
+    return classifier_from_config(config if config is not None else model_config(model_id), attention)
+
+
+def measure_shape(shape: StepShape, device: str = "cuda", config=None) -> dict[str, Any]:
+    """One steady-state step of `shape` on `device`: AdamW as the book's loop builds it (fused on a GPU), a first
+    step to create its state, then the measured one (the GPU page)."""
+    where = require_device(device)
+    model = random_classifier(shape.model_id, shape.attention, config=config).to(where).train()
+    if shape.checkpointing:
+        enable_gradient_checkpointing(model)
+    batch = random_batch(model, shape.batch, shape.seq_len)
+    optimizer = make_optimizer(model.parameters(), fused=where.type == "cuda")
+    measure_step_memory(model, batch, optimizer, shape.precision)  # creates the AdamW state every later step holds
+    synchronize(where)
+    reset_peak_memory(where)  # also restarts max_memory_reserved
+    report = measure_step_memory(model, batch, optimizer, shape.precision)
+    synchronize(where)
+    row = {**asdict(shape), "label": shape.label(), "parameters": report.parameters,
+           "allocated peak": report.peak, "reserved peak": peak_reserved_bytes(where),
+           "reserved now": reserved_bytes(where), "card used now": card_used_bytes(where),
+           "timeline peak": report.step_peak, "timeline peak phase": report.peak_phase,
+           "activations": report.activations}
+    del model, optimizer, batch, report
+    gc.collect()
+    empty_cache(where)  # the next shape starts with an empty cache, as a fresh run would
+    return row
+
+
+def add_estimates(rows: list[dict[str, Any]], idle_used: int | None, request: PlanRequest = PlanRequest(),
+                  config_for=model_config, kernels: str = "cuda") -> list[dict[str, Any]]:
+    """Each measured row with the planner's estimate beside it: the tensor peak against the allocator's (the
+    timeline's where there is no allocator, on a CPU), and the planner's whole need (peak + margin + CUDA
+    context) against the card's used memory at the peak (the GPU page).
+
+    `idle_used`: the card's used memory before this process touched CUDA (NVML), so the process's own share is
+    what is left. The card total at the peak is the context (used now − reserved now) plus the reserved peak.
+    `kernels`: whose kernel choices the estimate follows, a GPU's ('cuda') or this CPU's ('cpu').
+    """
+    out = []
+    for row in rows:
+        estimate = estimate_step_memory(config_for(row["model_id"]), row["batch"], row["seq_len"],
+                                        precision=row["precision"], attention=row["attention"],
+                                        gradient_checkpointing=row["checkpointing"], device=kernels)
+        allocator = row.get("allocated peak") is not None
+        measured = row["allocated peak"] if allocator else row["timeline peak"]
+        new = dict(row, **{"estimated peak": estimate.step_peak, "estimated peak phase": estimate.peak_phase,
+                           "measured peak": measured, "measured by": "allocator" if allocator else "timeline",
+                           "estimate error": estimate.step_peak / measured - 1,
+                           "planner needs": request.needed_bytes(estimate.step_peak)})
+        if row.get("card used now") is not None and row.get("reserved now") is not None and idle_used is not None:
+            context = row["card used now"] - idle_used - row["reserved now"]
+            new["context"] = context
+            new["process at peak"] = context + row["reserved peak"]
+            new["planner error"] = new["planner needs"] / new["process at peak"] - 1
+            new["margin needed"] = row["reserved peak"] / estimate.step_peak - 1
+        out.append(new)
+    return out
