@@ -1,11 +1,12 @@
-"""Dynamic padding on a GPU: what a micro-batch costs the first time its length appears, and after (GPU page).
+"""Dynamic padding on a GPU: what a micro-batch costs the first time its length appears, and after (A3).
 
 Chapter 5's full recipe pads each micro-batch to its own longest text, so a run meets many sequence lengths. This
 times one forward + backward of a randomly initialised bert-base classifier (micro-batch 8, autocast in the
-card's half precision) over the same list of lengths twice: the first pass meets each length for the first time,
-the second has seen them all. It does so with PyTorch's default choice of attention kernels and with cuDNN's
-attention switched off, and once more padded to the longest length (one shape), so the table says whether the
-first meeting with a length costs extra, and whether it is cuDNN's attention that pays it.
+card's half precision) over a list of lengths twice: the first pass meets each length for the first time, the
+second has seen them all. It does so with PyTorch's default choice of attention kernels and with cuDNN's attention
+switched off, each setting on its own lengths (drawn without replacement from 64-511, so no setting meets a length
+another one has already met in this process), and once more padded to 512 tokens (one shape), so the table says
+whether the first meeting with a length costs extra, and whether it does so without cuDNN's attention.
 
 Run: python benchmarks/sdpa_shapes.py [--lengths 24] [--json FILE]   (a CUDA GPU; about a minute on an H200)
 """
@@ -25,7 +26,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from bertmem.core.devices import device_name, synchronize  # noqa: E402
+from bertmem.core.devices import cuda_available, device_name, synchronize  # noqa: E402
 from bertmem.experiments.gpu_calibration import BASE, random_classifier  # noqa: E402
 from bertmem.loop.precision import autocast_context, choose_precision  # noqa: E402
 from bertmem.memory.planner import random_batch  # noqa: E402
@@ -62,18 +63,19 @@ def main() -> int:
     parser.add_argument("--json", help="write the rows here as well")
     parser.add_argument("--device", default="cuda", help="cpu: a check of the script itself")
     args = parser.parse_args()
-    if args.device == "cuda" and not torch.cuda.is_available():
+    if args.device == "cuda" and not cuda_available():
         print("needs a CUDA GPU (--device cpu checks the script)", file=sys.stderr)
         return 2
     device = torch.device(args.device)
     precision = choose_precision("auto", device.type, verbose=False).precision
     generator = torch.Generator().manual_seed(0)
-    lengths = sorted(set(torch.randint(64, 512, (args.lengths * 2,), generator=generator).tolist()))[:args.lengths]
+    drawn = (64 + torch.randperm(448, generator=generator)[:2 * args.lengths]).tolist()  # 64-511, all distinct
+    lengths = {"default": sorted(drawn[:args.lengths]), "off": sorted(drawn[args.lengths:])}
     rows = {}
-    # a warm-up at one length that no measured pass uses: CUDA's and cuBLAS's own start-up is not counted
-    settings = [("default kernels, dynamic padding", contextlib.nullcontext, lengths),
-                ("cuDNN attention off, dynamic padding", lambda: sdpa_kernel(WITHOUT_CUDNN), lengths),
-                ("default kernels, padded to 512", contextlib.nullcontext, [512] * len(lengths))]
+    # a warm-up at a length no measured pass uses: CUDA's and cuBLAS's own start-up is not counted
+    settings = [("default kernels, dynamic padding", contextlib.nullcontext, lengths["default"]),
+                ("cuDNN attention off, dynamic padding", lambda: sdpa_kernel(WITHOUT_CUDNN), lengths["off"]),
+                ("default kernels, padded to 512", contextlib.nullcontext, [512] * args.lengths)]
     model = random_classifier(BASE, "sdpa").to(device).train()
     step_seconds(model, {k: v.to(device) for k, v in random_batch(model, 8, 40).items()}, precision, device)
     for name, kernels, these in settings:

@@ -34,8 +34,25 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from bertmem.core.devices import card_used_bytes  # noqa: E402  (NVML before torch touches CUDA)
 from bertmem.core.runtime import quiet_bitsandbytes_notice  # noqa: E402
+
+quiet_bitsandbytes_notice()  # before transformers and peft import bitsandbytes where it is installed
+
+import accelerate  # noqa: E402
+import peft  # noqa: E402
+import torch  # noqa: E402  (importing torch creates no CUDA context: NVML still reads the idle card)
+import transformers  # noqa: E402
+from torch.utils.data import DataLoader  # noqa: E402
+
+from bertmem.core.devices import card_properties, card_used_bytes, cuda_available, set_cudnn_attention  # noqa: E402
+from bertmem.data.loaders import DataConfig, load_frames  # noqa: E402
+from bertmem.experiments.bench import BenchConfig, run_bench  # noqa: E402
+from bertmem.experiments.gpu_calibration import (  # noqa: E402
+    BASE, CALIBRATION_SHAPES, add_estimates, measure_shape, random_classifier)
+from bertmem.loop import RunConfig, TrainConfig, train, train_with_accelerate, train_with_trainer  # noqa: E402
+from bertmem.loop.precision import choose_precision  # noqa: E402
+from bertmem.memory.estimate import model_config  # noqa: E402
+from bertmem.model.loading import load_tokenizer  # noqa: E402
 
 TINY = {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 2, "intermediate_size": 128}
 PARTS = ("planner", "bench", "backends")
@@ -55,8 +72,6 @@ def write(path: Path, data: dict) -> None:
 
 def config_for(model_id: str, overrides: dict | None):
     """The model's vendored configuration, shrunk in a dry run."""
-    from bertmem.memory.estimate import model_config
-
     config = model_config(model_id)
     for key, value in (overrides or {}).items():
         setattr(config, key, value)
@@ -65,8 +80,9 @@ def config_for(model_id: str, overrides: dict | None):
 
 def model_folder(model_id: str, overrides: dict | None, tokenizer: Path, folder: Path) -> Path:
     """A model folder as from_pretrained reads it: random weights from the configuration, the tokenizer's files."""
-    from bertmem.experiments.gpu_calibration import random_classifier
-
+    if not any((tokenizer / name).is_file() for name in ("vocab.txt", "tokenizer.json")):
+        raise SystemExit(f"{tokenizer} holds no tokenizer (vocab.txt or tokenizer.json): pass --tokenizer the folder "
+                         "of bert-base-uncased's tokenizer, or the MiniLM package's model folder (the same vocabulary)")
     random_classifier(model_id, "sdpa", config=config_for(model_id, overrides)).save_pretrained(folder)
     for name in TOKENIZER_FILES:  # the tokenizer's files only: a model folder's weights stay behind
         if (tokenizer / name).is_file():
@@ -76,34 +92,14 @@ def model_folder(model_id: str, overrides: dict | None, tokenizer: Path, folder:
 
 def environment(device: str, idle_used: int | None) -> dict:
     """Versions, the card, its driver and the memory it used before this process touched CUDA."""
-    import accelerate
-    import peft
-    import torch
-    import transformers
-
-    info = {"python": platform.python_version(), "torch": torch.__version__,
+    return {"python": platform.python_version(), "torch": torch.__version__,
             "transformers": transformers.__version__, "accelerate": accelerate.__version__,
             "peft": peft.__version__, "date": time.strftime("%Y-%m-%d"), "card idle used": idle_used,
-            "float32 matmul precision": torch.get_float32_matmul_precision()}
-    if device == "cuda":
-        properties = torch.cuda.get_device_properties(0)
-        info.update({"gpu": torch.cuda.get_device_name(0), "capability": list(torch.cuda.get_device_capability(0)),
-                     "card memory": properties.total_memory, "cuda": torch.version.cuda})
-        try:
-            import pynvml
-
-            pynvml.nvmlInit()
-            info["driver"] = pynvml.nvmlSystemGetDriverVersion()
-            pynvml.nvmlShutdown()
-        except Exception as err:  # recorded, not fatal: the memory rows do not need it
-            info["driver"] = f"unknown ({type(err).__name__})"
-    return info
+            "float32 matmul precision": torch.get_float32_matmul_precision(), **card_properties(torch.device(device))}
 
 
 def planner_part(device: str, overrides: dict | None) -> list[dict]:
     """Part 1: every calibration shape measured (a shape that fails is a row with its error)."""
-    from bertmem.experiments.gpu_calibration import CALIBRATION_SHAPES, measure_shape
-
     rows = []
     for shape in CALIBRATION_SHAPES:
         start = time.perf_counter()
@@ -120,8 +116,6 @@ def planner_part(device: str, overrides: dict | None) -> list[dict]:
 
 def bench_part(folder: Path, device: str, sizes: dict) -> dict:
     """Part 2: chapter 5's fp32 baseline and full recipe, two seeds, interleaved."""
-    from bertmem.experiments.bench import BenchConfig, run_bench
-
     bench = BenchConfig(model_id=str(folder), dataset="imdb", train_size=sizes["bench_train"],
                         eval_size=sizes["bench_eval"], max_length=sizes["bench_length"],
                         effective_batch=sizes["effective_batch"], accumulation_steps=4, learning_rate=2e-5,
@@ -134,15 +128,6 @@ def bench_part(folder: Path, device: str, sizes: dict) -> dict:
 
 def backends_part(folder: Path, device: str, sizes: dict, overrides: dict | None) -> dict:
     """Part 3: the same recipe through the three loops of chapter 5, same batches and precision: the losses."""
-    import torch
-    from torch.utils.data import DataLoader
-
-    from bertmem.data.loaders import DataConfig, load_frames
-    from bertmem.experiments.gpu_calibration import BASE, random_classifier
-    from bertmem.loop import RunConfig, TrainConfig, train, train_with_accelerate, train_with_trainer
-    from bertmem.loop.precision import choose_precision
-    from bertmem.model.loading import load_tokenizer
-
     frames = load_frames(DataConfig(dataset="imdb", train_size=sizes["backend_examples"], eval_size=8))
     tokenizer = load_tokenizer(str(folder))
     encoded = tokenizer(list(frames[0]["text"]), padding="max_length", truncation=True,
@@ -161,9 +146,14 @@ def backends_part(folder: Path, device: str, sizes: dict, overrides: dict | None
         loader = DataLoader(examples, batch_size=sizes["backend_micro_batch"])  # the same order for each
         with tempfile.TemporaryDirectory() as scratch:
             os.chdir(scratch)  # the Trainer writes its run folder into the working directory
-            losses[name] = [float(x) for x in loop(model, loader, recipe, run=quiet).losses]
+            try:
+                losses[name] = [float(x) for x in loop(model, loader, recipe, run=quiet).losses]
+            finally:
+                os.chdir(ROOT)
         del model
-    os.chdir(ROOT)
+    steps = {name: len(values) for name, values in losses.items()}
+    if len(set(steps.values())) != 1:
+        raise RuntimeError(f"the loops took different numbers of optimizer steps: {steps}")
     gap = max(abs(a - b) for name in losses for a, b in zip(losses[name], losses["plain PyTorch"]))
     return {"precision": precision, "losses": losses, "largest difference": gap,
             "settings": {"examples": len(examples), "max_length": sizes["backend_length"],
@@ -173,18 +163,15 @@ def backends_part(folder: Path, device: str, sizes: dict, overrides: dict | None
 
 def measure(args) -> int:
     """The three parts on the GPU (or the CPU in a dry run), into one JSON file."""
-    quiet_bitsandbytes_notice()  # transformers and peft import bitsandbytes where it is installed
-    idle_used = None if args.dry_run else card_used_bytes(_cuda())  # before torch creates a CUDA context
-    import torch
-
-    if not args.dry_run and not torch.cuda.is_available():
+    idle_used = None if args.dry_run else card_used_bytes(torch.device("cuda", 0))  # before a CUDA context
+    if not args.dry_run and not cuda_available():
         print("gpu-measure needs a CUDA GPU (torch.cuda.is_available() is False): nothing was run "
               "(--dry-run runs it at tiny sizes on the CPU)", file=sys.stderr)
         return 2
     device, sizes = ("cpu", DRY_SIZES) if args.dry_run else ("cuda", GPU_SIZES)
     overrides = TINY if args.dry_run else None
     if args.cudnn_attention == "off":
-        torch.backends.cuda.enable_cudnn_sdp(False)
+        set_cudnn_attention(False)
     output = Path(args.output)
     output.parent.mkdir(parents=True, exist_ok=True)
     result = {"environment": environment(device, idle_used), "dry run": args.dry_run,
@@ -208,29 +195,20 @@ def measure(args) -> int:
             result["seconds"][part] = round(time.perf_counter() - start, 1)
             print(f"{part}: {result['seconds'][part]} s", flush=True)
             write(output, result)
-    failed = [p for p in args.parts if "error" in result[p]]
+    failed = [p for p in args.parts if "error" in result[p]
+              or p == "planner" and any("error" in row for row in result[p])]  # a shape that failed fails the run
     return 1 if failed else 0
-
-
-def _cuda():
-    """torch.device('cuda') without creating a context (NVML reads the card first)."""
-    import torch
-
-    return torch.device("cuda", 0)
 
 
 def add_estimates_to(path: Path) -> None:
     """The planner's estimates beside the measured rows, and the markdown summary beside the JSON."""
-    import torch
-    import transformers
-
-    from bertmem.experiments.gpu_calibration import add_estimates
-
     result = json.loads(path.read_text())
     overrides = result.get("config overrides")
-    measured = [r for r in result["planner"] if "error" not in r]
-    result["planner"] = add_estimates(measured, result["environment"].get("card idle used"),
-                                      config_for=lambda model_id: config_for(model_id, overrides))
+    idle = result["environment"].get("card idle used")
+    with_estimates = iter(add_estimates([r for r in result["planner"] if "error" not in r], idle,
+                                        config_for=lambda model_id: config_for(model_id, overrides)))
+    # a shape that failed (out of memory, say) stays in the file as its error, in its place
+    result["planner"] = [row if "error" in row else next(with_estimates) for row in result["planner"]]
     result["estimates made with"] = {"torch": torch.__version__, "transformers": transformers.__version__}
     write(path, result)
     path.with_suffix(".md").write_text(summary(result))
@@ -248,6 +226,9 @@ def summary(result: dict) -> str:
         return "" if value is None else format(value / unit, form)
 
     for r in result["planner"]:
+        if "error" in r:
+            lines.append(f"| {r['label']} | {r['error']} |||||||")
+            continue
         lines.append(f"| {r['label']} | {cell(r['allocated peak'])} | {cell(r['estimated peak'])} "
                      f"| {cell(r['estimate error'], '+.1%', 1)} | {cell(r['reserved peak'])} "
                      f"| {cell(r.get('process at peak'))} | {cell(r['planner needs'])} "
@@ -268,7 +249,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--attach", nargs=3, metavar=("FILE", "KEY", "OTHER"),
                         help="put the JSON file OTHER (a benchmark; OTHER#part: one part of a second run) "
                         "into FILE under KEY")
+    parser.add_argument("--save-model", metavar="DIR", help="only write the random-weight bert-base-uncased folder "
+                        "(with --tokenizer's files) to DIR: for running the chapters where the Hub is out of reach")
     args = parser.parse_args(argv)
+    if args.save_model:
+        if not args.tokenizer:
+            parser.error("--save-model needs --tokenizer DIR")
+        model_folder("bert-base-uncased", None, Path(args.tokenizer), Path(args.save_model))
+        return 0
     if args.attach:
         path, key, other = args.attach
         other, _, part = other.partition("#")  # OTHER#part: one part of another run's file

@@ -44,6 +44,11 @@ def title(path: Path) -> str:
     return path.stem
 
 
+def approx_minutes(minutes: float) -> str:
+    """'≈ 7', or '< 1' where the estimate rounds to no minute at all."""
+    return f"≈ {minutes:.0f}" if minutes >= 0.5 else "< 1"
+
+
 def table() -> str:
     """The markdown table between the markers of book/intro.md."""
     from bertmem.book.chapters import FIRST_RUN_MINUTES, MINUTES_CARDS, MODEL_LOAD_SECONDS, chapter_minutes
@@ -64,7 +69,7 @@ def table() -> str:
         cpu = measured_minutes(path)
         values = [cpu or 0.0, t4[key], l4[key], a100[key], full_a100[key]]
         totals = [a + b for a, b in zip(totals, values)]
-        cells = ["—" if cpu is None else f"{cpu:.1f}"] + [f"≈ {v:.0f}" for v in values[1:]]
+        cells = ["—" if cpu is None else f"{cpu:.1f}"] + [approx_minutes(v) for v in values[1:]]
         lines.append(f"| {title(path)} | " + " | ".join(cells) + " |")
     lines.append("| **whole book** | " + f"{totals[0]:.1f} | " + " | ".join(f"≈ {v:.0f}" for v in totals[1:]) + " |")
     config = model_config(gpu.model_id)

@@ -4,6 +4,14 @@ import pytest
 
 from bertmem.book.wording import (
     BAND,
+    against_limit,
+    autocast_cut,
+    cudnn_advice,
+    estimate_side,
+    first_meeting,
+    longest_fit,
+    pace_than,
+    resolution,
     about_fraction,
     accumulation_advice,
     accumulation_speed,
@@ -183,7 +191,8 @@ def test_highest_names_one_winner_or_every_tied_one():
     assert highest({"a": 0.5, "b": 0.5 + 1e-12}) == "a and b (tied)"
 
 
-@pytest.mark.parametrize("difference, words", [(3e-8, "the same losses up to rounding"),
+@pytest.mark.parametrize("difference, words", [(0.0, "identical losses"),
+                                               (3e-8, "the same losses up to rounding"),
                                                (1e-5, "the same losses up to rounding"),
                                                (2e-3, "more than rounding")])
 def test_same_losses_flips_at_rounding(difference, words):
@@ -208,3 +217,41 @@ def test_accumulation_advice_follows_the_splits():
     assert "at no cost in speed" in accumulation_advice(1.06, 1.16)
     assert "at a cost in speed" in accumulation_advice(0.6, 0.9)
     assert "cannot tell" in accumulation_advice(0.95, 1.08)
+
+
+def test_misses_name_how_the_model_was_trained():
+    trained = "for 1 epoch on 960 short sentences"
+    assert f"trained {trained} leans" in misses(1, 2, ["x"], trained)
+
+
+def test_resolution_limit_and_longest_fit_flip():
+    assert (resolution(0.2, 1.6), resolution(0.2, 0.1)) == ("could not", "could")
+    assert (against_limit(13.0, 12), against_limit(8.8, 12)) == ("more than", "within")
+    assert longest_fit(2048) == "one sequence fits a T4 up to 2,048 tokens"
+    assert longest_fit(0) == "no length above fits a T4 with one sequence"
+
+
+def test_estimate_side_names_the_side_or_both():
+    assert estimate_side(13, 13) == "below it in all 13 rows (it never overestimated)"
+    assert estimate_side(0, 13) == "above it in all 13 rows (it never underestimated)"
+    assert estimate_side(4, 13) == "below it in 4 of 13 rows and above it in the rest"
+
+
+def test_autocast_cut_reads_its_amount_and_its_order_from_the_ratios():
+    assert "shrink by less than half" in autocast_cut(0.91, 0.65, "8 × 128", "32 × 512")
+    assert "by less at 8 × 128 than at 32 × 512" in autocast_cut(0.91, 0.65, "8 × 128", "32 × 512")
+    assert "shrink by half or more" in autocast_cut(0.45, 0.5, "s", "l")
+    assert "about equally at both sizes" in autocast_cut(0.45, 0.45, "s", "l")
+    assert "by less at l than at s" in autocast_cut(0.5, 0.7, "s", "l")
+    assert "barely, if at all" in autocast_cut(0.99, 1.0, "s", "l")
+
+
+def test_the_first_meeting_and_the_cudnn_advice_follow_their_numbers():
+    assert (pace_than(0.6), pace_than(1.0), pace_than(2.3)) == ("faster than", "about as fast as", "slower than")
+    assert "little more than a seen one" in first_meeting(175, 34, 32, 27)
+    assert "not cuDNN's alone" in first_meeting(175, 34, 90, 27)
+    assert "only the run with cuDNN's attention off" in first_meeting(35, 34, 90, 27)
+    assert "no more than a later one" in first_meeting(35, 34, 32, 27)
+    assert "new and on seen lengths alike" in cudnn_advice(175, 34, 32, 27)
+    assert "only new lengths were faster" in cudnn_advice(175, 34, 32, 34)
+    assert "keep the default kernels" in cudnn_advice(32, 27, 40, 27)

@@ -6,6 +6,7 @@ website, in Jupyter and in Colab; nothing here measures.
 
 from __future__ import annotations
 
+import math
 import statistics
 from typing import Any
 
@@ -15,7 +16,7 @@ from bertmem.core.units import GIB, MIB
 from bertmem.memory.cards import CUDA_CONTEXT_BYTES
 from bertmem.memory.planner import ALLOCATOR_MARGIN
 
-RECORDED_CARD = "nvidia-h200"  # the card of the one recorded run (a lent H200, no Hub: random weights)
+RECORDED_CARD = "nvidia-h200"  # the card of the one recorded run (no Hub there: random weights)
 
 
 def recorded_gpu_run(card: str = RECORDED_CARD) -> dict[str, Any]:
@@ -24,29 +25,37 @@ def recorded_gpu_run(card: str = RECORDED_CARD) -> dict[str, Any]:
 
 
 def planner_rows(run: dict[str, Any]) -> list[dict[str, Any]]:
-    """One row per measured shape: the allocator's peaks, the card's total, the planner's estimate and need (A3)."""
+    """One row per measured shape: the allocator's peaks, the process's use of the card, the planner's estimate
+    and need (A3)."""
     return [{"shape": r["label"], "allocated peak (GiB)": r["allocated peak"] / GIB,
              "estimated peak (GiB)": r["estimated peak"] / GIB, "estimate error": f"{r['estimate error']:+.1%}",
-             "reserved peak (GiB)": r["reserved peak"] / GIB, "process at peak (GiB)": r["process at peak"] / GIB,
-             "planner needs (GiB)": r["planner needs"] / GIB, "planner error": f"{r['planner error']:+.1%}",
-             "margin needed": f"{r['margin needed']:.1%}"} for r in run["planner"]]
+             "reserved peak (GiB)": r["reserved peak"] / GIB, "allocator slack": f"{r['allocator slack']:.1%}",
+             "process at peak (GiB)": r["process at peak"] / GIB, "planner needs (GiB)": r["planner needs"] / GIB,
+             "planner error": f"{r['planner error']:+.1%}", "margin needed": f"{r['margin needed']:.1%}"}
+            for r in run["planner"]]
 
 
 def calibration(run: dict[str, Any]) -> dict[str, Any]:
-    """What the rows say about the planner's overhead model: estimate errors, the measured CUDA context, the
-    allocator margin each row needed, against the planner's assumptions (A3)."""
+    """What the rows say about the planner's overhead model: estimate errors, the allocator's slack, the CUDA
+    context, the margin each row needed, against the planner's assumptions; and the flags that would have
+    covered every row (the largest context, the largest margin rounded up) (A3)."""
     rows = run["planner"]
     errors = [r["estimate error"] for r in rows]
     margins = [r["margin needed"] for r in rows]
+    slacks = [r["allocator slack"] for r in rows]
+    contexts = [r["context"] / MIB for r in rows]
     return {"rows": len(rows), "estimate error low": min(errors), "estimate error high": max(errors),
             "estimates below": sum(e < 0 for e in errors),
-            "context MiB": statistics.median(r["context"] for r in rows) / MIB,
+            "slack low": min(slacks), "slack high": max(slacks),
+            "context MiB": statistics.median(contexts), "context low MiB": min(contexts),
+            "context high MiB": max(contexts),
             "assumed context MiB": CUDA_CONTEXT_BYTES / MIB, "assumed margin": ALLOCATOR_MARGIN,
             "margin low": min(margins), "margin high": max(margins),
             "margin covered": sum(m <= ALLOCATOR_MARGIN for m in margins),
             "planner short": sum(r["planner error"] < 0 for r in rows),
             "planner error low": min(r["planner error"] for r in rows),
-            "planner error high": max(r["planner error"] for r in rows)}
+            "planner error high": max(r["planner error"] for r in rows),
+            "covering context MiB": math.ceil(max(contexts)), "covering margin": math.ceil(100 * max(margins)) / 100}
 
 
 def bench_rows(run: dict[str, Any]) -> list[dict[str, Any]]:
@@ -83,8 +92,14 @@ def beside_rows(run: dict[str, Any]) -> list[dict[str, Any]]:
              **gpu("bench, cuDNN attention off")},
             {"where": "this book's CPU bench (chapter 5)", "measures": "saved activations",
              "memory ratio": cpu["activations ratio"], "time ratio": cpu["time ratio"]},
-            {"where": "the article's table (RTX 3090, as printed)", "measures": "memory (GB), as printed",
+            {"where": "[the blog post](A2_post_audit.md)'s table (RTX 3090)", "measures": "memory (GB), as printed",
              "memory ratio": post_memory, "time ratio": post_time}]
+
+
+def matmul_rates(run: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """The matrix-multiply TFLOP/s each bench measured per precision: its MFU's denominators (A3)."""
+    return {"default": run["bench"]["matmul_tflops"],
+            "cuDNN attention off": run["bench, cuDNN attention off"]["matmul_tflops"]}
 
 
 def shape_rows(run: dict[str, Any]) -> list[dict[str, Any]]:
@@ -93,6 +108,17 @@ def shape_rows(run: dict[str, Any]) -> list[dict[str, Any]]:
              "seen before, median (ms)": r["second pass median (ms)"],
              "first pass total (s)": r["first pass total (s)"], "distinct lengths": r["distinct lengths"]}
             for name, r in run["sdpa shapes"]["rows"].items()]
+
+
+def shape_lengths(run: dict[str, Any]) -> dict[str, Any]:
+    """The lengths the dynamic-padding benchmark met: their range and count, and whether its two dynamic settings
+    met the same ones (the recorded run did: the setting without cuDNN's attention met lengths already seen by the
+    one before it in the same process) (A3)."""
+    lengths = run["sdpa shapes"]["lengths"]
+    shared = isinstance(lengths, list)  # one list for both settings; a later version draws one per setting
+    every = lengths if shared else [n for these in lengths.values() for n in these]
+    return {"low": min(every), "high": max(every), "count": len(lengths) if shared else len(lengths["default"]),
+            "shared": shared}
 
 
 def backend_losses(run: dict[str, Any]) -> list[dict[str, Any]]:
@@ -104,24 +130,23 @@ def backend_losses(run: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def plot_planner_check(run: dict[str, Any], ax=None):
-    """Estimated against measured: the tensor peak (left) and the planner's whole need (right), in GiB (A3)."""
+    """The estimate's error against the allocator's peak (left) and the planner's against the process's use of
+    the card (right), in percent, per shape by its measured size (A3)."""
     import matplotlib.pyplot as plt
 
     rows = run["planner"]
     axes = ax if ax is not None else plt.subplots(1, 2, figsize=(10, 4))[1]
-    pairs = (("allocated peak", "estimated peak", "tensor peak: allocator vs estimate"),
-             ("process at peak", "planner needs", "whole card: NVML vs the planner"))
-    for axis, (measured, estimated, title) in zip(axes, pairs):
+    pairs = (("allocated peak", "estimate error", "tensor peak: estimate vs allocator"),
+             ("process at peak", "planner error", "the planner vs the process's use of the card"))
+    for axis, (measured, error, title) in zip(axes, pairs):
         x = [r[measured] / GIB for r in rows]
-        y = [r[estimated] / GIB for r in rows]
-        top = 1.05 * max(x + y)
-        axis.plot([0, top], [0, top], color="grey", linestyle="--", label="estimate = measured")
+        y = [100 * r[error] for r in rows]
+        axis.axhline(0, color="grey", linestyle="--", label="estimate = measured")
         axis.scatter(x, y, color="tab:blue", label="one shape")
-        axis.set_xlim(0, top)
-        axis.set_ylim(0, top)
-        axis.set_xlabel(f"measured on {run['environment']['gpu']} (GiB)")
-        axis.set_ylabel("estimated (GiB)")
+        axis.set_xscale("log")
+        axis.set_xlabel(f"measured on {run['environment']['gpu']} (GiB, log scale)")
+        axis.set_ylabel("estimate − measured (% of measured)")
         axis.set_title(title)
         axis.grid(alpha=0.3)
-        axis.legend(loc="upper left")
+        axis.legend(loc="lower right")
     return axes

@@ -32,18 +32,31 @@ def pace_than(time_ratio: float) -> str:
 
 def first_meeting(first_ms: float, seen_ms: float, first_off_ms: float, seen_off_ms: float,
                   factor: float = 1.5) -> str:
-    """A3: what a step on a length met for the first time costs against one already seen, with the default
-    attention kernels and with cuDNN's off, says about where the cost lies."""
-    default_pays = first_ms > factor * seen_ms
-    off_pays = first_off_ms > factor * seen_off_ms
+    """A3: where a step on a length met for the first time costs more than one on a length already seen (by
+    `factor`), with the default attention kernels and with cuDNN's attention off."""
+    default_pays, off_pays = first_ms > factor * seen_ms, first_off_ms > factor * seen_off_ms
     if default_pays and not off_pays:
-        return ("So the first meeting with a length is what costs, and cuDNN's attention is what pays it: its "
-                "kernels are set up once per shape, and a short run that meets many lengths pays that set-up "
-                "again and again.")
+        return ("With the default kernels the first meeting with a length is what costs; with cuDNN's attention "
+                "off, a new length costs little more than a seen one.")
     if default_pays:
-        return ("So the first meeting with a length costs extra with cuDNN's attention off as well: the set-up "
-                "is not cuDNN's alone.")
-    return "Here the first meeting with a length costs no more than a later one."
+        return "The first meeting with a length costs extra with cuDNN's attention off as well: not cuDNN's alone."
+    if off_pays:
+        return "Here only the run with cuDNN's attention off paid extra for a length's first meeting."
+    return "Here the first meeting with a length cost no more than a later one, in either setting."
+
+
+def cudnn_advice(first_ms: float, seen_ms: float, first_off_ms: float, seen_off_ms: float) -> str:
+    """A3: what to do about cuDNN's attention, from the step times on new and on seen lengths with it and
+    without it."""
+    new, seen = pace_than(first_off_ms / first_ms), pace_than(seen_off_ms / seen_ms)
+    if new == "faster than" and seen == "faster than":
+        return ("With cuDNN's attention off, steps were faster on new and on seen lengths alike here: on such a "
+                "card, switch it off (`torch.backends.cuda.enable_cudnn_sdp(False)`).")
+    if new == "faster than":
+        return ("With cuDNN's attention off, only new lengths were faster: switch it off for runs that meet many "
+                "lengths, or pad to a multiple of 64 tokens so that a run meets at most 8 lengths up to 512 "
+                "(fewer first meetings; not measured here).")
+    return "Switching cuDNN's attention off did not make new lengths faster here: keep the default kernels."
 
 
 def size_change(ratio: float) -> str:
@@ -138,15 +151,17 @@ def peak_change(before: float, *after: float) -> str:
     return "rises" if words == {"larger"} else "changes little or moves both ways"
 
 
-def misses(hits: int, total: int, missed: Sequence[str]) -> str:
-    """A1: how many predictions match what their sentences say, quoting the misses, with the hypothesis."""
+def misses(hits: int, total: int, missed: Sequence[str], training: str = "briefly on short sentences") -> str:
+    """A1: how many predictions match what their sentences say, quoting the misses, with the hypothesis.
+
+    `training`: how the model was trained, in words the run computed ("for one epoch on 960 sentences")."""
     line = f"{hits} of the {total} predictions match what the sentence was written to say."
     if not missed:
         return line
     quoted = ", ".join(f"“{text}”" for text in missed)
     noun = plural(len(missed), "miss", "misses").split(" ", 1)[1]
     return (f"{line} The {noun}: {quoted}; a "
-            "hypothesis, not tested here: a model trained for one epoch on 800 short sentences leans on single "
+            f"hypothesis, not tested here: a model trained {training} leans on single "
             "words; check a model on sentences like your own before trusting it.")
 
 
@@ -226,6 +241,8 @@ def highest(means: Mapping[str, float], tie: float = 1e-9) -> str:
 
 def same_losses(largest_difference: float, rounding: float = 1e-5) -> str:
     """Chapter 5: whether two runs' losses agree up to floating-point rounding, from their largest difference."""
+    if largest_difference == 0:
+        return "identical losses (largest difference 0)"
     if largest_difference <= rounding:
         return f"the same losses up to rounding (largest difference {largest_difference:.1e})"
     return f"losses that differ by up to {largest_difference:.1e}, more than rounding"
@@ -255,3 +272,46 @@ def mask_match(bytes_per_token_pair: float, layers: int, element_bytes: int = 4,
                 "chapter 1 finds left quadratic under fused attention")
     return (f"{lead}: not one {element_bytes}-byte $n \\times n$ mask per layer, so something else grows with "
             "$n^2$ here (untested)")
+
+
+def resolution(effect: float, margin: float) -> str:
+    """Chapter 5: 'could' or 'could not' — whether a comparison whose 95 % interval has half-width `margin`
+    resolves an effect of size `effect` (both in the same unit)."""
+    return "could" if margin < effect else "could not"
+
+
+def against_limit(value: float, limit: float) -> str:
+    """Chapter 5: 'more than' or 'within' for a duration against a limit (Colab's hours)."""
+    return "more than" if value > limit else "within"
+
+
+def longest_fit(tokens: int, card: str = "a T4") -> str:
+    """Chapter 9: the longest single sequence that fits a card, or that none of the lengths tried does."""
+    if tokens:
+        return f"one sequence fits {card} up to {tokens:,} tokens"
+    return f"no length above fits {card} with one sequence"
+
+
+def estimate_side(below: int, rows: int) -> str:
+    """A3: on which side of the measured peak the estimates fall, from how many rows are below it."""
+    if below == rows:
+        return f"below it in all {rows} rows (it never overestimated)"
+    if below == 0:
+        return f"above it in all {rows} rows (it never underestimated)"
+    return f"below it in {below} of {rows} rows and above it in the rest"
+
+
+def autocast_cut(small: float, large: float, small_step: str, large_step: str) -> str:
+    """Chapter 1: how much bf16 autocast shrinks the saved activations, from their ratios to fp32's at a small
+    and a large step."""
+    deepest = min(small, large)
+    amount = ("by half or more" if deepest <= 0.5 else "by less than half" if deepest < 1 - BAND
+              else "barely, if at all")
+    if small > large * (1 + BAND):
+        order = f"and by less at {small_step} than at {large_step}"
+    elif large > small * (1 + BAND):
+        order = f"and by less at {large_step} than at {small_step}"
+    else:
+        order = "about equally at both sizes"
+    return (f"under bf16 autocast the activations shrink {amount} ({small:.2f}× fp32's at {small_step}, "
+            f"{large:.2f}× at {large_step}), {order}")

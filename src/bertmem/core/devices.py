@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -99,31 +99,61 @@ def peak_memory_bytes(device: torch.device) -> int | None:
 
 def peak_reserved_bytes(device: torch.device) -> int | None:
     """`torch.cuda.max_memory_reserved` since the last reset: the allocator's cached blocks at their most; None
-    on the CPU (the GPU page)."""
+    on the CPU (A3)."""
     return torch.cuda.max_memory_reserved(device) if device.type == "cuda" else None
 
 
 def reserved_bytes(device: torch.device) -> int | None:
-    """What PyTorch's caching allocator holds now (`torch.cuda.memory_reserved`); None on the CPU (the GPU page)."""
+    """What PyTorch's caching allocator holds now (`torch.cuda.memory_reserved`); None on the CPU (A3)."""
     return torch.cuda.memory_reserved(device) if device.type == "cuda" else None
+
+
+def _nvml(read: Callable[[Any], Any]) -> Any:
+    """`read(pynvml)` between nvmlInit and nvmlShutdown; None where NVML cannot be read (no nvidia-ml-py, no
+    driver library)."""
+    try:
+        import pynvml  # ships with CUDA machines' images (nvidia-ml-py); absent on CPU-only ones
+
+        pynvml.nvmlInit()
+        try:
+            return read(pynvml)
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # the caller's row says None instead of a guess
+        return None
 
 
 def card_used_bytes(device: torch.device) -> int | None:
     """The card's used memory as nvidia-smi reports it (NVML: every process, the CUDA context included); None on
-    the CPU or where NVML cannot be read (the GPU page)."""
+    the CPU or where NVML cannot be read (A3). Index `device.index` as NVML counts cards (one-card machines)."""
     if device.type != "cuda":
         return None
-    try:
-        import pynvml
+    return _nvml(lambda nvml: int(nvml.nvmlDeviceGetMemoryInfo(nvml.nvmlDeviceGetHandleByIndex(device.index or 0))
+                                  .used))
 
-        pynvml.nvmlInit()
-        try:
-            handle = pynvml.nvmlDeviceGetHandleByIndex(device.index or 0)
-            return int(pynvml.nvmlDeviceGetMemoryInfo(handle).used)
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception:  # no nvidia-ml-py, or no driver library: the row says None instead of a guess
-        return None
+
+def driver_version() -> str | None:
+    """The NVIDIA driver's version (NVML), or None without one (A3)."""
+    return _nvml(lambda nvml: str(nvml.nvmlSystemGetDriverVersion()))
+
+
+def cuda_initialized() -> bool:
+    """Whether this process has created its CUDA context yet: its size can be measured only before (A3)."""
+    return torch.cuda.is_available() and torch.cuda.is_initialized()
+
+
+def set_cudnn_attention(enabled: bool) -> None:
+    """Allow or forbid cuDNN's kernel among SDPA's choices for the rest of the process (A3); no effect on a CPU."""
+    torch.backends.cuda.enable_cudnn_sdp(enabled)
+
+
+def card_properties(device: torch.device) -> dict[str, Any]:
+    """Name, compute capability, memory and CUDA version of a GPU; just the name 'cpu' on the CPU (A3)."""
+    if device.type != "cuda":
+        return {"gpu": "cpu"}
+    return {"gpu": torch.cuda.get_device_name(device), "capability": list(torch.cuda.get_device_capability(device)),
+            "card memory": torch.cuda.get_device_properties(device).total_memory, "cuda": torch.version.cuda,
+            "driver": driver_version()}
 
 
 def empty_cache(device: torch.device | None = None) -> None:

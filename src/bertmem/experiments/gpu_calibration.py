@@ -1,4 +1,4 @@
-"""The planner against a real allocator: one steady-state training step per shape (the GPU page).
+"""The planner against a real allocator: one steady-state training step per shape (A3).
 
 On a CUDA GPU each row records `torch.cuda.max_memory_allocated` (tensors), `max_memory_reserved` (the caching
 allocator's blocks), the card's used memory from NVML (what nvidia-smi shows, the CUDA context included) and the
@@ -56,14 +56,14 @@ CALIBRATION_SHAPES = (
 
 def random_classifier(model_id: str, attention: str, seed: int = 0, config=None):
     """A classifier built from the model's configuration with seeded random weights: the same shapes and cost as
-    the pretrained one (the GPU page)."""
+    the pretrained one (A3)."""
     torch.manual_seed(seed)
     return classifier_from_config(config if config is not None else model_config(model_id), attention)
 
 
 def measure_shape(shape: StepShape, device: str = "cuda", config=None) -> dict[str, Any]:
     """One steady-state step of `shape` on `device`: AdamW as the book's loop builds it (fused on a GPU), a first
-    step to create its state, then the measured one (the GPU page)."""
+    step to create its state, then the measured one (A3)."""
     where = require_device(device)
     model = random_classifier(shape.model_id, shape.attention, config=config).to(where).train()
     if shape.checkpointing:
@@ -90,7 +90,7 @@ def add_estimates(rows: list[dict[str, Any]], idle_used: int | None, request: Pl
                   config_for=model_config, kernels: str = "cuda") -> list[dict[str, Any]]:
     """Each measured row with the planner's estimate beside it: the tensor peak against the allocator's (the
     timeline's where there is no allocator, on a CPU), and the planner's whole need (peak + margin + CUDA
-    context) against the card's used memory at the peak (the GPU page).
+    context) against the card's used memory at the peak (A3).
 
     `idle_used`: the card's used memory before this process touched CUDA (NVML), so the process's own share is
     what is left. The card total at the peak is the context (used now − reserved now) plus the reserved peak.
@@ -112,6 +112,8 @@ def add_estimates(rows: list[dict[str, Any]], idle_used: int | None, request: Pl
             new["context"] = context
             new["process at peak"] = context + row["reserved peak"]
             new["planner error"] = new["planner needs"] / new["process at peak"] - 1
+            # the share of the estimate the planner must add: the allocator's slack plus what the estimate misses
             new["margin needed"] = row["reserved peak"] / estimate.step_peak - 1
+            new["allocator slack"] = row["reserved peak"] / row["allocated peak"] - 1
         out.append(new)
     return out

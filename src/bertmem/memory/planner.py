@@ -242,7 +242,7 @@ def plan_micro_batch(request: PlanRequest, max_batch: int = 1024) -> Plan:
 
 
 def random_batch(model, batch_size: int, seq_len: int, seed: int = 0) -> dict:
-    """Seeded random token ids shaped as the estimate's batch, with one half-padded row (chapter 5, the GPU page).
+    """Seeded random token ids shaped as the estimate's batch, with one half-padded row (chapter 5, A3).
 
     The padded row is there as in real batches: with an all-ones mask transformers skips building the attention
     mask (a data-dependent shortcut the planner, which cannot see values, never takes).
