@@ -145,6 +145,9 @@ def test_the_flags_the_page_recommends_cover_every_recorded_row():
     assert check["planner short"] == sum(defaults.needed_bytes(r["estimated peak"]) < r["process at peak"]
                                          for r in RUN["planner"])
     assert check["margin covered"] == sum(r["margin needed"] <= ALLOCATOR_MARGIN for r in RUN["planner"])
+    own = [PlanRequest(cuda_context_bytes=r["context"]).needed_bytes(r["estimated peak"]) < r["process at peak"]
+           for r in RUN["planner"]]  # the planner's rounding of needed_bytes, each row with its own context
+    assert abs(check["short with measured context"] - sum(own)) <= 1
     assert check["assumed context MiB"] == CUDA_CONTEXT_BYTES / MIB
 
 

@@ -125,9 +125,9 @@ def test_peak_change(before, after, word):
 def test_misses_quote_every_miss_and_agree_in_number():
     assert misses(3, 3, []) == "3 of the 3 predictions match what the sentence was written to say."
     one = misses(2, 3, ["The plot is thin."])
-    assert "The miss: “The plot is thin.”; a hypothesis" in one
+    assert "The miss: “The plot is thin.” A hypothesis" in one
     two = misses(1, 3, ["a", "b"])
-    assert "The misses: “a”, “b”; a hypothesis" in two
+    assert "The misses: “a”, “b”. A hypothesis" in two  # no stop of its own: one is added
 
 
 @pytest.mark.parametrize("share, words", [(0.10, "about a tenth"), (0.11, "about a tenth"), (0.5, "about half"),

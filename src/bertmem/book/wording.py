@@ -50,8 +50,8 @@ def cudnn_advice(first_ms: float, seen_ms: float, first_off_ms: float, seen_off_
     without it."""
     new, seen = pace_than(first_off_ms / first_ms), pace_than(seen_off_ms / seen_ms)
     if new == "faster than" and seen == "faster than":
-        return ("With cuDNN's attention off, steps were faster on new and on seen lengths alike here: on such a "
-                "card, switch it off (`torch.backends.cuda.enable_cudnn_sdp(False)`).")
+        return ("With cuDNN's attention off, steps were faster on new and on seen lengths alike here: with this "
+                "card and torch version, switch it off (`torch.backends.cuda.enable_cudnn_sdp(False)`).")
     if new == "faster than":
         return ("With cuDNN's attention off, only new lengths were faster: switch it off for runs that meet many "
                 "lengths, or pad to a multiple of 64 tokens so that a run meets at most 8 lengths up to 512 "
@@ -160,7 +160,8 @@ def misses(hits: int, total: int, missed: Sequence[str], training: str = "briefl
         return line
     quoted = ", ".join(f"“{text}”" for text in missed)
     noun = plural(len(missed), "miss", "misses").split(" ", 1)[1]
-    return (f"{line} The {noun}: {quoted}; a "
+    stop = "" if quoted[-2:] in (".”", "!”", "?”") else "."  # a quote that ends a sentence needs no second stop
+    return (f"{line} The {noun}: {quoted}{stop} A "
             f"hypothesis, not tested here: a model trained {training} leans on single "
             "words; check a model on sentences like your own before trusting it.")
 
