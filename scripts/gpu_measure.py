@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import sys
 import tempfile
@@ -38,15 +37,16 @@ from bertmem.core.runtime import quiet_bitsandbytes_notice  # noqa: E402
 
 quiet_bitsandbytes_notice()  # before transformers and peft import bitsandbytes where it is installed
 
-import accelerate  # noqa: E402
 import peft  # noqa: E402
 import torch  # noqa: E402  (importing torch creates no CUDA context: NVML still reads the idle card)
 import transformers  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 
+from bertmem.core.units import GIB  # noqa: E402
 from bertmem.core.devices import card_properties, card_used_bytes, cuda_available, set_cudnn_attention  # noqa: E402
 from bertmem.data.loaders import DataConfig, load_frames  # noqa: E402
-from bertmem.experiments.bench import BenchConfig, run_bench  # noqa: E402
+from bertmem.experiments.bench import BenchConfig, run_bench, write_json_atomic  # noqa: E402
+from bertmem.experiments.run import environment_info  # noqa: E402
 from bertmem.experiments.gpu_calibration import (  # noqa: E402
     BASE, CALIBRATION_SHAPES, add_estimates, measure_shape, random_classifier)
 from bertmem.loop import RunConfig, TrainConfig, train, train_with_accelerate, train_with_trainer  # noqa: E402
@@ -61,13 +61,6 @@ GPU_SIZES = {"bench_train": 1024, "bench_eval": 512, "bench_length": 512, "effec
              "backend_examples": 128, "backend_length": 128, "backend_micro_batch": 8}
 DRY_SIZES = {"bench_train": 16, "bench_eval": 8, "bench_length": 64, "effective_batch": 8,
              "backend_examples": 16, "backend_length": 32, "backend_micro_batch": 4}
-
-
-def write(path: Path, data: dict) -> None:
-    """The JSON file as it stands: written after every part."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1, default=float))
-    os.replace(tmp, path)
 
 
 def config_for(model_id: str, overrides: dict | None):
@@ -91,11 +84,11 @@ def model_folder(model_id: str, overrides: dict | None, tokenizer: Path, folder:
 
 
 def environment(device: str, idle_used: int | None) -> dict:
-    """Versions, the card, its driver and the memory it used before this process touched CUDA."""
-    return {"python": platform.python_version(), "torch": torch.__version__,
-            "transformers": transformers.__version__, "accelerate": accelerate.__version__,
-            "peft": peft.__version__, "date": time.strftime("%Y-%m-%d"), "card idle used": idle_used,
-            "float32 matmul precision": torch.get_float32_matmul_precision(), **card_properties(torch.device(device))}
+    """The versions every result records (`environment_info`), peft's, the card, its driver and the memory it
+    used before this process touched CUDA."""
+    return {**environment_info(), "peft": peft.__version__, "date": time.strftime("%Y-%m-%d"),
+            "card idle used": idle_used, "float32 matmul precision": torch.get_float32_matmul_precision(),
+            **card_properties(torch.device(device))}
 
 
 def planner_part(device: str, overrides: dict | None) -> list[dict]:
@@ -178,7 +171,7 @@ def measure(args) -> int:
               "cudnn attention": args.cudnn_attention, "config overrides": overrides,
               "weights": "random (built from the configuration): the same shapes and cost as the pretrained model",
               "seconds": {}}
-    write(output, result)
+    write_json_atomic(output, result)
     with tempfile.TemporaryDirectory() as scratch:
         folder = model_folder("bert-base-uncased", overrides, Path(args.tokenizer), Path(scratch) / "model")
         for part, run in (("planner", lambda: planner_part(device, overrides)),
@@ -194,7 +187,7 @@ def measure(args) -> int:
                 print(f"{part} failed: {result[part]['error']}", file=sys.stderr, flush=True)
             result["seconds"][part] = round(time.perf_counter() - start, 1)
             print(f"{part}: {result['seconds'][part]} s", flush=True)
-            write(output, result)
+            write_json_atomic(output, result)
     failed = [p for p in args.parts if "error" in result[p]
               or p == "planner" and any("error" in row for row in result[p])]  # a shape that failed fails the run
     return 1 if failed else 0
@@ -210,19 +203,18 @@ def add_estimates_to(path: Path) -> None:
     # a shape that failed (out of memory, say) stays in the file as its error, in its place
     result["planner"] = [row if "error" in row else next(with_estimates) for row in result["planner"]]
     result["estimates made with"] = {"torch": torch.__version__, "transformers": transformers.__version__}
-    write(path, result)
+    write_json_atomic(path, result)
     path.with_suffix(".md").write_text(summary(result))
     print(summary(result))
 
 
 def summary(result: dict) -> str:
     """The markdown table of the planner rows (what the closing note and a reviewer read)."""
-    gib = 2**30
     env = result["environment"]
     lines = [f"# Measured on {env.get('gpu', 'cpu')} ({env['date']}, torch {env['torch']})\n",
              "| shape | allocated peak (GiB) | estimate (GiB) | error | reserved peak (GiB) | process at peak (GiB) "
              "| planner needs (GiB) | planner error |", "|---|---|---|---|---|---|---|---|"]
-    def cell(value, form: str = ".2f", unit: int = gib) -> str:  # a CPU dry run has no allocator figures
+    def cell(value, form: str = ".2f", unit: int = GIB) -> str:  # a CPU dry run has no allocator figures
         return "" if value is None else format(value / unit, form)
 
     for r in result["planner"]:
@@ -263,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
         result = json.loads(Path(path).read_text())
         attached = json.loads(Path(other).read_text())
         result[key] = attached[part] if part else attached
-        write(Path(path), result)
+        write_json_atomic(Path(path), result)
         return 0
     if args.add_estimates:
         add_estimates_to(Path(args.add_estimates))

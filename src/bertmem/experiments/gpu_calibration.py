@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from bertmem.core.devices import (card_used_bytes, empty_cache, peak_reserved_bytes, require_device,
-                                  reserved_bytes, reset_peak_memory, synchronize)
+                                  reserved_bytes, synchronize)
 from bertmem.loop.optim import make_optimizer
 from bertmem.memory.estimate import estimate_step_memory, model_config
 from bertmem.memory.measure import measure_step_memory
@@ -71,8 +71,7 @@ def measure_shape(shape: StepShape, device: str = "cuda", config=None) -> dict[s
     batch = random_batch(model, shape.batch, shape.seq_len)
     optimizer = make_optimizer(model.parameters(), fused=where.type == "cuda")
     measure_step_memory(model, batch, optimizer, shape.precision)  # creates the AdamW state every later step holds
-    synchronize(where)
-    reset_peak_memory(where)  # also restarts max_memory_reserved
+    # measure_step_memory starts its own peak window on CUDA (reset_peak_memory: max_memory_reserved too)
     report = measure_step_memory(model, batch, optimizer, shape.precision)
     synchronize(where)
     row = {**asdict(shape), "label": shape.label(), "parameters": report.parameters,
