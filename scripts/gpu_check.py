@@ -7,9 +7,10 @@ the script itself, for tests).
 
 With --dry-run it executes every notebook under the GPU profile on this machine's CPU instead, shrunk by
 environment overrides (MiniLM, 16 examples, 64 tokens): `make test` runs it so a branch that only the GPU profile
-takes cannot raise unseen. It exits 1 when any notebook fails.
+takes cannot raise unseen. `--cpu-bf16 other` runs it as the other kind of CPU would (native bf16 or not, forced
+through $BERTMEM_CPU_BF16), so one machine exercises both kinds. It exits 1 when any notebook fails.
 
-Usage: python scripts/gpu_check.py [--output results/gpu] [--allow-cpu | --dry-run] [notebook ...]
+Usage: python scripts/gpu_check.py [--output results/gpu] [--allow-cpu | --dry-run [--cpu-bf16 KIND]] [notebook ...]
 """
 
 from __future__ import annotations
@@ -29,8 +30,10 @@ DRY_RUN_ENV = {  # the GPU profile's code paths at sizes a CPU runs in seconds (
     "BERTMEM_EFFECTIVE_BATCH": "8", "BERTMEM_LONG_MODEL_ID": "sentence-transformers/all-MiniLM-L6-v2",
     "CUDA_VISIBLE_DEVICES": ""}  # no GPU for the kernel even on a machine that has one
 PROBE = """import json as _json, platform as _platform, torch as _torch, transformers as _transformers
+from bertmem.core.devices import cpu_supports_bf16 as _cpu_bf16
 _cuda = _torch.cuda.is_available()
 print("GPU-CHECK " + _json.dumps({
+    "cpu_bf16": _cpu_bf16(),
     "cuda_peak_bytes": _torch.cuda.max_memory_allocated() if _cuda else None,
     "gpu": _torch.cuda.get_device_name(0) if _cuda else "cpu",
     "torch": _torch.__version__, "transformers": _transformers.__version__,
@@ -65,6 +68,15 @@ def run_notebook(path: Path, env: dict[str, str], timeout: int = 1800) -> dict:
     return record
 
 
+def cpu_bf16_env(kind: str) -> dict[str, str]:
+    """$BERTMEM_CPU_BF16 for a dry run: 'native' leaves this CPU's answer, 'other' forces the other kind's, 'on' and
+    'off' force one."""
+    from bertmem.core.devices import CPU_BF16_ENV, native_cpu_bf16
+
+    forced = {"on": "1", "off": "0", "other": "0" if native_cpu_bf16() else "1"}
+    return {CPU_BF16_ENV: forced[kind]} if kind in forced else {}
+
+
 def planner_estimate(profile) -> dict:
     """The estimated peak of one training step at the profile's micro-batch and length (precision auto)."""
     from bertmem.loop.precision import choose_precision
@@ -95,6 +107,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--allow-cpu", action="store_true", help="run without a GPU (tests the script only)")
     parser.add_argument("--dry-run", action="store_true",
                         help="the GPU profile at tiny sizes on the CPU (CI); writes dry-run.{json,md}")
+    parser.add_argument("--cpu-bf16", choices=("native", "other", "on", "off"), default="native",
+                        help="with --dry-run: run as this CPU is, as the other kind (native bf16 or not), or force")
+    parser.add_argument("--classes", type=int, default=None,
+                        help="with --dry-run: every chapter reads a generated skewed file of this many classes "
+                             "(BERTMEM_DATASET) instead of its own dataset; the long-text runs keep theirs")
     args = parser.parse_args(argv)
     import torch
 
@@ -105,7 +122,18 @@ def main(argv: list[str] | None = None) -> int:
     from bertmem.profiles import get_profile
 
     if args.dry_run:
-        env = dict(DRY_RUN_ENV)
+        env = {**DRY_RUN_ENV, **cpu_bf16_env(args.cpu_bf16)}
+        if args.cpu_bf16 == "native":  # this CPU's own answer, not one inherited from the caller's environment
+            os.environ.pop("BERTMEM_CPU_BF16", None)
+        if args.classes:
+            from bertmem.book.tickets import write_text_label_tickets
+
+            path = write_text_label_tickets(Path(args.output) / f"tickets-{args.classes}-classes.csv", args.classes)
+            env["BERTMEM_DATASET"] = str(path.resolve())
+            print(f"dry run: every chapter reads {path.name} ({args.classes} skewed classes)", flush=True)
+        print(f"dry run: {', '.join(f'{k}={v}' for k, v in env.items() if k.startswith('BERTMEM_CPU'))}"
+              if any(k.startswith("BERTMEM_CPU") for k in env) else "dry run: this CPU's own bf16 support",
+              flush=True)
     else:
         env = {"BERTMEM_PROFILE": "gpu"} if torch.cuda.is_available() else {}
     profile = get_profile(env={**os.environ, **env})

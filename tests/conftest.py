@@ -13,6 +13,19 @@ from bertmem.model.loading import classifier_from_config, tiny_bert_config
 
 
 @pytest.fixture
+def bf16_cpu(monkeypatch):
+    """This CPU treated as one with native bf16 ($BERTMEM_CPU_BF16=1; emulated where it has none), so the bf16
+    path runs on every machine CI may use."""
+    monkeypatch.setenv("BERTMEM_CPU_BF16", "1")
+
+
+@pytest.fixture
+def no_bf16_cpu(monkeypatch):
+    """This CPU treated as one without native bf16 ($BERTMEM_CPU_BF16=0), as most laptop CPUs are."""
+    monkeypatch.setenv("BERTMEM_CPU_BF16", "0")
+
+
+@pytest.fixture
 def synthetic_frame() -> pd.DataFrame:
     """60 distinct short reviews, 30 per label, in a fixed order."""
     rows = [(f"review number {i} was {'great' if i % 2 else 'awful'}", i % 2) for i in range(60)]

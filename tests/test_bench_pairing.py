@@ -53,3 +53,17 @@ def test_chapter_5s_live_bench_decides_within_six_points():
     assert found, "chapter 5's committed outputs hold no full-recipe interval"
     low, high = float(found.group(1)), float(found.group(2))
     assert (high - low) / 2 <= 6.0, f"chapter 5's full recipe − baseline interval {low} to {high}: wider than ±6"
+
+
+def test_mixed_precision_rows_never_run_fp32_without_a_word(monkeypatch):
+    """On a CPU without native bf16, 'auto' runs the mixed-precision rows in fp32: the bench says so, by name."""
+    from bertmem.experiments.bench import BenchConfig, auto_precision_note
+
+    bench = BenchConfig(device="cpu")
+    monkeypatch.setenv("BERTMEM_CPU_BF16", "0")
+    note = auto_precision_note(bench)
+    assert note.startswith("the rows that ask for mixed precision (mixed precision + accumulation, full recipe")
+    assert "run fp32 here" in note and "BERTMEM_CPU_BF16=1" in note
+    assert auto_precision_note(BenchConfig(device="cpu", variants=("fp32 baseline", "accumulation ×4"))) is None
+    monkeypatch.setenv("BERTMEM_CPU_BF16", "1")
+    assert auto_precision_note(bench) is None

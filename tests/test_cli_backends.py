@@ -123,7 +123,8 @@ def toy_model():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
-def test_plain_accelerate_and_trainer_give_the_same_loss_trajectory(tmp_path, precision):
+def test_plain_accelerate_and_trainer_give_the_same_loss_trajectory(tmp_path, precision, monkeypatch):
+    monkeypatch.setenv("BERTMEM_CPU_BF16", "1")  # bf16 on every CPU (emulated where it is not native)
     config = TrainConfig(epochs=2, learning_rate=1e-3, accumulation_steps=2, layerwise_decay=0.9,
                          precision=precision)
     quiet = RunConfig(progress=False)

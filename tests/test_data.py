@@ -85,10 +85,10 @@ def test_folder_of_split_files(tmp_path, synthetic_frame):
     (pd.DataFrame({"text": ["a", "b"], "label": [0.5, 1.0]}), r"fractional labels \(0.5\) in row 0"),
     (pd.DataFrame({"text": ["a", "b"], "label": [0, 0]}), "only one class"),
     (pd.DataFrame({"text": pd.Series([], dtype=str), "label": pd.Series([], dtype=int)}), "has no rows"),
-    (pd.DataFrame({"text": ["a", "  "], "label": [0, 1]}), "empty text"),
+    (pd.DataFrame({"text": ["a", "  "], "label": [0, 1]}), "no text in column 'text' in row 1: pass --drop-empty"),
     (pd.DataFrame({"text": ["a", None], "label": [0, 1]}), "no text in column 'text' in row 1"),
     (pd.DataFrame({"text": ["a", 5], "label": [0, 1]}), r"non-text values \(int\) in column 'text' in row 1"),
-    (pd.DataFrame({"text": ["a", "b"], "label": [0, None]}), "no label"),
+    (pd.DataFrame({"text": ["a", "b"], "label": [0, None]}), "no label in column 'label' in row 1: pass --drop-empty"),
 ])
 def test_bad_frames_are_clear_errors(frame, message):
     with pytest.raises(ValueError, match=message):

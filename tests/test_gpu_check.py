@@ -57,3 +57,33 @@ def test_dry_run_executes_under_the_shrunken_gpu_profile_on_the_cpu(tmp_path):
     # the first cell passed (the profile is the GPU one, shrunk, on the CPU); the second failed, without colours
     assert record["error"] == "CellExecutionError: RuntimeError: coloured failure", record["error"]
     assert "probe.ipynb: " in done.stdout
+
+
+@pytest.mark.slow
+def test_the_dry_run_can_run_as_the_other_kind_of_cpu(tmp_path):
+    """`--cpu-bf16 other`: a machine with native bf16 runs the chapters as one without, and the reverse."""
+    from bertmem.core.devices import native_cpu_bf16
+
+    probe = notebook(tmp_path / "probe.ipynb", "from bertmem.loop import choose_precision\n"
+                     "print(choose_precision('auto', 'cpu', verbose=False).precision)")
+    done = subprocess.run([sys.executable, str(SCRIPT), "--dry-run", "--cpu-bf16", "other", "--output",
+                           str(tmp_path / "out"), str(probe)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert f"BERTMEM_CPU_BF16={0 if native_cpu_bf16() else 1}" in done.stdout
+    record = json.loads((tmp_path / "out" / "dry-run.json").read_text())["chapters"][0]
+    assert record["cpu_bf16"] is (not native_cpu_bf16())
+
+
+@pytest.mark.slow
+def test_the_dry_run_can_give_every_chapter_a_multi_class_file(tmp_path):
+    """`--classes 5`: every chapter's dataset is a generated skewed 5-class file (no chapter may assume two)."""
+    probe = notebook(tmp_path / "probe.ipynb",
+                     "from bertmem.data import load_text_classification\nfrom bertmem.profiles import get_profile\n"
+                     "p = get_profile()\nframe = load_text_classification(p.dataset, 'train')\n"
+                     "counts = frame['label'].value_counts()\n"
+                     "assert p.dataset.endswith('tickets-5-classes.csv') and len(counts) == 5, p.dataset\n"
+                     "assert counts.max() > 3 * counts.min(), counts  # skewed")
+    done = subprocess.run([sys.executable, str(SCRIPT), "--dry-run", "--classes", "5", "--output",
+                           str(tmp_path / "out"), str(probe)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "every chapter reads tickets-5-classes.csv (5 skewed classes)" in done.stdout

@@ -84,7 +84,7 @@ def test_gradient_checkpointing_alone_recomputes_the_same_numbers():
     assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(base_weights, ckpt_weights))
 
 
-def test_mixed_precision_alone_changes_the_arithmetic_not_the_schedule():
+def test_mixed_precision_alone_changes_the_arithmetic_not_the_schedule(bf16_cpu):
     (base, base_weights), (amp, amp_weights) = baseline_run(), full_run(precision="bf16")
     assert amp.precision == "bf16" and len(amp.losses) == len(base.losses)
     assert [h["lr"] for h in amp.history] == [h["lr"] for h in base.history]

@@ -62,8 +62,11 @@ def test_every_messy_file_meets_its_promise(messy, capsys):
     assert outcome["result"] == "loaded", outcome["detail"]
     frame = outcome["frame"]
     assert len(frame) == messy.rows and tuple(frame.attrs["label_names"]) == messy.classes
-    assert frame.attrs["rows_read"] == messy.rows  # nothing dropped beyond the reported empty rows
-    assert f"read {messy.name}: {messy.rows} rows" in capsys.readouterr().out
+    left_out = frame.attrs.get("left_out", 0)  # rows without text or label, with drop_empty only
+    assert frame.attrs["rows_read"] - left_out == messy.rows  # nothing dropped beyond what is reported
+    out = capsys.readouterr().out
+    assert f"read {messy.name}: {messy.rows + left_out} rows" in out
+    assert bool(left_out) == bool(messy.options.get("drop_empty")) == ("(--drop-empty)" in out)
 
 
 def frame_of(name: str, **options) -> pd.DataFrame:
@@ -141,7 +144,9 @@ def test_the_held_out_split_survives_repeated_texts(tmp_path, capsys):
     pd.DataFrame(rows, columns=["text", "label"]).to_csv(path, index=False)
     train, evaluation = load_frames(DataConfig(dataset=str(path), train_size=40, eval_size=20))
     assert len(train) == 40 and len(evaluation) == 20 and repeated in set(evaluation["text"])
-    assert sorted(train["label"].value_counts()) == [20, 20], "both classes train, balanced"
+    # stratified by the rows left for training: 25 distinct positives (every copy of the held-out text left out)
+    # against 188 negatives -> 5 and 35 of 40
+    assert sorted(train["label"].value_counts()) == [5, 35], "both classes train, in proportion"
     assert not set(train["text"]) & set(evaluation["text"])
     left_out = 100 - int((evaluation["text"] == repeated).sum())
     assert f"{left_out} rows repeat a held-out text: left out of the training rows" in capsys.readouterr().out

@@ -44,6 +44,47 @@ def test_bad_precision_requests(kwargs, message):
         choose_precision(verbose=False, **kwargs)
 
 
+@pytest.mark.parametrize("forced, auto", [("1", "bf16"), ("0", "fp32"), ("on", "bf16"), ("off", "fp32")])
+def test_the_cpu_bf16_override_decides_both_ways(monkeypatch, capsys, forced, auto):
+    """One machine runs the other kind's branch: $BERTMEM_CPU_BF16 forces the capability, and the reason says so."""
+    monkeypatch.setenv("BERTMEM_CPU_BF16", forced)
+    choice = choose_precision("auto", "cpu")
+    assert choice.precision == auto and f"(forced: BERTMEM_CPU_BF16={forced})" in capsys.readouterr().out
+    assert choose_precision("auto", "cpu", cpu_bf16=auto == "fp32", verbose=False).precision != auto  # argument wins
+    if auto == "fp32":
+        with pytest.raises(ValueError) as refused:
+            choose_precision("bf16", "cpu", verbose=False)
+        assert "--precision fp32" in str(refused.value) and "BERTMEM_CPU_BF16=1" in str(refused.value)
+    else:
+        assert choose_precision("bf16", "cpu", verbose=False).precision == "bf16"
+
+
+def test_without_the_override_the_hardware_answers(monkeypatch):
+    from bertmem.core.devices import cpu_supports_bf16, native_cpu_bf16
+
+    monkeypatch.delenv("BERTMEM_CPU_BF16", raising=False)
+    assert cpu_supports_bf16() == native_cpu_bf16()
+    assert choose_precision("auto", "cpu", verbose=False).precision == ("bf16" if native_cpu_bf16() else "fp32")
+    assert "forced" not in choose_precision("auto", "cpu", verbose=False).reason
+    monkeypatch.setenv("BERTMEM_CPU_BF16", "maybe")
+    with pytest.raises(ValueError, match="BERTMEM_CPU_BF16='maybe' is neither on nor off: set it to 1 or 0"):
+        choose_precision("auto", "cpu", verbose=False)
+
+
+def test_the_gpu_capability_override_makes_any_card_choose_as_a_t4(monkeypatch):
+    """$BERTMEM_CUDA_CAPABILITY=7.5 on a newer card: fp16 with GradScaler, as a T4 would run (issue: GPU checks)."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))  # an H100 or H200
+    assert choose_precision("auto", "cuda", verbose=False).precision == "bf16"
+    monkeypatch.setenv("BERTMEM_CUDA_CAPABILITY", "7.5")
+    choice = choose_precision("auto", "cuda", verbose=False)
+    assert choice.precision == "fp16" and choice.use_scaler
+    assert "compute capability 7.5 (forced: BERTMEM_CUDA_CAPABILITY=7.5)" in choice.reason
+    monkeypatch.setenv("BERTMEM_CUDA_CAPABILITY", "sm75")
+    with pytest.raises(ValueError, match="write it as major.minor"):
+        choose_precision("auto", "cuda", verbose=False)
+
+
 def tiny():
     torch.manual_seed(0)
     return classifier_from_config(tiny_bert_config(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0))
@@ -97,7 +138,7 @@ def test_pure_half_casts_every_weight():
         pure_half(tiny(), torch.float32)
 
 
-def test_train_in_bf16_and_guard_stops_on_nan():
+def test_train_in_bf16_and_guard_stops_on_nan(bf16_cpu):
     from bertmem.loop.combined import train
     from bertmem.loop.config import TrainConfig
     data = split_batch(batch(16), [8, 8])

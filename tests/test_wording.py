@@ -5,7 +5,11 @@ import pytest
 from bertmem.book.wording import (
     BAND,
     against_limit,
+    autocast_activations,
     autocast_cut,
+    matmul_speedup,
+    precision_against_record,
+    precision_claim,
     cudnn_advice,
     estimate_side,
     first_meeting,
@@ -29,7 +33,6 @@ from bertmem.book.wording import (
     epoch_paces,
     growth,
     lora_and_freezing,
-    misses,
     pace,
     peak_change,
     plural,
@@ -89,7 +92,9 @@ def test_fp16_timing_words(fp16_x, words):
                    "though bf16 is not faster here"),
     (0.5, "fp32", "though bf16 is faster here"),
     (1.0, "fp32", "(about as fast). `auto` picks fp32 here from the CPU's reported bf16 support, not from a timing, "
-                  "and the timing agrees")])
+                  "and the timing agrees"),
+    (141.2, "fp32", "bf16 takes 141× the fp32 time: this CPU has no fast bf16 path (PyTorch emulates it). `auto` "
+                    "picks fp32 here")])
 def test_bf16_timing_never_claims_auto_follows_it(bf16_x, auto, words):
     assert words in cpu_precision_timing(2.0, bf16_x, auto)
 
@@ -120,14 +125,6 @@ def test_epoch_paces_give_each_direction_its_own_hypothesis():
                                                  (1.0, (1.0,), "changes little or moves both ways")])
 def test_peak_change(before, after, word):
     assert peak_change(before, *after) == word
-
-
-def test_misses_quote_every_miss_and_agree_in_number():
-    assert misses(3, 3, []) == "3 of the 3 predictions match what the sentence was written to say."
-    one = misses(2, 3, ["The plot is thin."])
-    assert "The miss: “The plot is thin.” A hypothesis" in one
-    two = misses(1, 3, ["a", "b"])
-    assert "The misses: “a”, “b”. A hypothesis" in two  # no stop of its own: one is added
 
 
 @pytest.mark.parametrize("share, words", [(0.10, "about a tenth"), (0.11, "about a tenth"), (0.5, "about half"),
@@ -219,11 +216,6 @@ def test_accumulation_advice_follows_the_splits():
     assert "cannot tell" in accumulation_advice(0.95, 1.08)
 
 
-def test_misses_name_how_the_model_was_trained():
-    trained = "for 1 epoch on 960 short sentences"
-    assert f"trained {trained} leans" in misses(1, 2, ["x"], trained)
-
-
 def test_resolution_limit_and_longest_fit_flip():
     assert (resolution(0.2, 1.6), resolution(0.2, 0.1)) == ("could not", "could")
     assert (against_limit(13.0, 12), against_limit(8.8, 12)) == ("more than", "within")
@@ -255,3 +247,33 @@ def test_the_first_meeting_and_the_cudnn_advice_follow_their_numbers():
     assert "new and on seen lengths alike" in cudnn_advice(175, 34, 32, 27)
     assert "only new lengths were faster" in cudnn_advice(175, 34, 32, 34)
     assert "keep the default kernels" in cudnn_advice(32, 27, 40, 27)
+
+
+@pytest.mark.parametrize("precision, before, after, words", [
+    ("bf16", 55.2, 40.0, "under bf16 autocast they come out smaller (55.2 → 40.0 MiB)"),
+    ("bf16", 55.2, 57.3, "under bf16 autocast they come out larger"),
+    ("fp16", 55.2, 55.3, "under fp16 autocast they come out about as large"),
+    ("fp32", 55.2, 55.2, "ran fp32 here (`auto` chose fp32 on this CPU), so it repeats accumulation ×4"),
+])
+def test_autocast_activations_follow_the_ratio_and_the_precision_that_ran(precision, before, after, words):
+    assert words in autocast_activations(before, after, precision)
+
+
+@pytest.mark.parametrize("peaks, words", [
+    ({"fp32": 0.13, "bf16": 0.40}, "The bf16 matmul peak measured in the bench is 3.1× the fp32 one"),
+    ({"fp32": 4.0, "fp16": 30.0}, "The fp16 matmul peak measured in the bench is 7.5× the fp32 one"),
+    ({"fp32": 0.13}, "timed no 16-bit matmul on this machine: every row ran fp32"),
+])
+def test_matmul_speedup_says_when_no_16_bit_row_ran(peaks, words):
+    assert words in matmul_speedup(peaks)
+
+
+def test_precision_claims_are_untestable_when_the_row_ran_fp32():
+    assert precision_claim(True, "bf16", 0.70, 0.71, "smaller") == (
+        "the direction holds in this run (0.700× against 0.710×; the activations came out smaller, see above)")
+    assert precision_claim(False, "bf16", 0.712, 0.708, "larger").startswith("the direction does not hold in this")
+    untested = precision_claim(False, "fp32", 0.708, 0.708, "about as large")
+    assert untested.startswith("this run cannot test the direction: its mixed-precision row ran fp32")
+    assert untested.count("this run") == 1
+    assert "Both runs' mixed-precision rows ran bf16" in precision_against_record("bf16", "bf16")
+    assert "ran fp32, the recorded run's bf16" in precision_against_record("fp32", "bf16")

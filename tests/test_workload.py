@@ -105,7 +105,7 @@ def test_a_chapters_bench_is_its_settings_and_goes_back_to_them():
     settings = chapter_settings("05", profile)
     bench = chapter_bench(settings, profile)
     assert (bench.dataset, bench.train_size, bench.eval_size, bench.max_length) == (
-        "rotten_tomatoes", 768, 500, 64)
+        "rotten_tomatoes", 768, 400, 64)
     assert (bench.effective_batch, bench.learning_rate, bench.seeds, bench.model_id) == (
         16, 2e-4, (0, 1), profile.model_id)
     _, data, recipe = variant_settings(bench, "fp32 baseline")
@@ -203,4 +203,4 @@ def test_without_a_choice_each_chapter_reads_its_own_default():
     profile = get_profile("cpu", env={})
     assert chapter_settings("08", profile).data.dataset == "rotten_tomatoes"  # short sentences keep 9 runs quick
     assert chapter_settings("00", profile).data.dataset == profile.dataset == "imdb"
-    assert "dataset=" not in profile.describe() and "imdb, 1000 train" in setup_line("00", profile)
+    assert "dataset=" not in profile.describe() and "imdb, 600 train" in setup_line("00", profile)

@@ -1,4 +1,4 @@
-"""`bertmem train`, `bench` and `plan` (also `python -m bertmem`): argument parsing only (chapters 5 and A1)."""
+"""`bertmem train`, `bench`, `plan` and `predict` (also `python -m bertmem`): argument parsing only (ch. 5, A1)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ from bertmem.core.flags import add_config_flags, config_from_flags
 from bertmem.core.locks import lock_output_folder
 from bertmem.core.runtime import colab_runs_root, on_colab, where_runs_live
 from bertmem.core.units import GIB
+from bertmem.experiments.fit import FitRequest
+from bertmem.experiments.predict import PredictConfig
 from bertmem.memory.planner import PlanRequest
 from bertmem.profiles import get_profile
 
@@ -30,10 +32,13 @@ def build_parser() -> argparse.ArgumentParser:
                                      description="Fine-tune BERT-family classifiers on a memory budget.")
     sub = parser.add_subparsers(dest="command", required=True)
     t = sub.add_parser("train", allow_abbrev=False,
-                       help="fine-tune once and write metrics.json, config.json and loss.png")
+                       help="fine-tune once and write metrics.json, config.json, loss.png and confusion.png")
     add_config_flags(t, RunConfig, profile.run_config())
     add_config_flags(t, DataConfig, profile.data_config())
     add_config_flags(t, TrainConfig, profile.train_config())
+    add_config_flags(t, FitRequest)
+    t.add_argument("--recipe", choices=tuple(RECIPES), help="a preset of flags: book = chapter 5's full recipe ("
+                   + " ".join(RECIPES["book"]) + "); flags given on the command line win")
     b = sub.add_parser("bench", allow_abbrev=False, help="the recipe variants side by side -> bench.json and bench.md")
     add_config_flags(b, BenchConfig, profile.bench_config())
     b.add_argument("--output-dir", default="auto", help="folder for bench.json, bench.md and each finished run "
@@ -46,14 +51,18 @@ def build_parser() -> argparse.ArgumentParser:
     planned = profile if profile.device.startswith("cuda") else get_profile("gpu")  # what a GPU would run
     add_config_flags(p, PlanRequest, planned.plan_request())
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    parser.train_parser = t  # --recipe sets its defaults (main)
+    f = sub.add_parser("predict", allow_abbrev=False,
+                       help="label a file of new texts with a saved model -> a CSV of classes and probabilities")
+    add_config_flags(f, PredictConfig)
     return parser
 
 
 def plan_main(args: argparse.Namespace) -> dict:
     """Estimate the largest micro-batch under the budget and print the plan (text or JSON)."""
-    from bertmem.core.devices import cuda_free_bytes
+    from bertmem.core.devices import cuda_free_bytes, device_capability
     from bertmem.memory.cards import CARD_MEMORY, DEFAULT_CARD, parse_memory
-    from bertmem.memory.planner import plan_micro_batch
+    from bertmem.memory.planner import plan_micro_batch, plan_precision
 
     context = parse_memory(args.cuda_context_bytes)
     if args.memory_bytes == "auto":
@@ -66,26 +75,61 @@ def plan_main(args: argparse.Namespace) -> dict:
             context = 0  # free memory is measured after this process made its CUDA context
     else:
         memory = parse_memory(args.memory_bytes)
-    plan = plan_micro_batch(config_from_flags(PlanRequest, args, memory_bytes=memory, cuda_context_bytes=context))
+    precision, why = plan_precision(args.precision, args.memory_bytes, device_capability())
+    plan = plan_micro_batch(config_from_flags(PlanRequest, args, memory_bytes=memory, cuda_context_bytes=context,
+                                              precision=precision))
+    plan.precision_asked = args.precision  # the command keeps 'auto': the card's choice on the card, fp32 on a CPU
+    if args.precision == "auto" and not args.json:
+        print(f"precision {precision} ({why})")
     print(json.dumps(plan.as_dict()) if args.json else plan.describe())
     return plan.as_dict()
 
 
+def predict_main(args: argparse.Namespace) -> dict:
+    """Label every row of a file with a saved model and write the predictions CSV (A1)."""
+    from bertmem.experiments.predict import predict_file, predict_summary
+
+    summary = predict_file(config_from_flags(PredictConfig, args))
+    print(predict_summary(summary), file=sys.stderr)
+    print(json.dumps({k: summary[k] for k in ("output", "rows", "predicted", "without_text")}))
+    return summary
+
+
 def train_main(args: argparse.Namespace) -> dict:
     """Build RunConfig, DataConfig and TrainConfig from the flags and run one experiment."""
+    from bertmem.core.devices import on_cuda
     from bertmem.data.loaders import DataConfig
+    from bertmem.experiments.report import class_summary
     from bertmem.experiments.run import run_experiment
-    from bertmem.loop.config import TrainConfig
+    from bertmem.loop.config import TINY_MODEL, TrainConfig
 
     if not args.output_dir:
         raise ValueError("bertmem train needs --output-dir: the folder its results go to")
-    run = run_from_flags(args, get_profile())  # checkpoints, if any, live in the output folder
-    data = config_from_flags(DataConfig, args)
+    profile = get_profile()
+    run = run_from_flags(args, profile)  # checkpoints, if any, live in the output folder
+    auto, given = args.micro_batch == "auto", getattr(args, "given_flags", set())
+    if auto and "--accumulation-steps" in given:
+        raise ValueError("--micro-batch auto plans the accumulation steps for --effective-batch: drop "
+                         "--accumulation-steps, or give both --micro-batch N and --accumulation-steps")
+    if "--effective-batch" in given and "--accumulation-steps" in given:
+        raise ValueError("--effective-batch and --accumulation-steps both set the examples per optimizer step: "
+                         "give one of them")
+    sizes = subset_sizes(args, profile, given)
+    data = config_from_flags(DataConfig, args, micro_batch=profile.micro_batch if auto else args.micro_batch,
+                             **sizes)
     config = config_from_flags(TrainConfig, args)
+    # an accumulation given by hand wins over a preset's effective batch (--recipe book)
+    effective = None if "--accumulation-steps" in given and "--effective-batch" not in given else args.effective_batch
+    fit = config_from_flags(FitRequest, args, plan_micro_batch=auto, effective_batch=effective)
+    if auto and run.model_id == TINY_MODEL:
+        raise ValueError("--micro-batch auto plans for a known model's size; tiny-bert is a test model: pass "
+                         "--micro-batch N")
+    planned = run.model_id != TINY_MODEL and (auto or on_cuda(run.device) or fit.memory is not None
+                                              or fit.effective_batch is not None)
     if run.checkpoint_dir:
         where = where_runs_live(Path(run.output_dir).absolute())
         print(f"bertmem train: {checkpoint_plan(run)}; {where}", file=sys.stderr, flush=True)
-    summary = run_experiment(run, data, config)
+    summary = run_experiment(run, data, config, fit=fit if planned else None)
     if summary["rank"] != 0:
         return summary
     saved = summary["checkpoints"]
@@ -95,8 +139,30 @@ def train_main(args: argparse.Namespace) -> dict:
                   if saved["periodic_share"] > CHECKPOINT_SHARE_WARNING else "")
         print(f"bertmem train: {saved['saves']} checkpoints took {saved['time_s']:.1f} s, {100 * share:.1f} % of "
               f"the time spent training and saving{advice}", file=sys.stderr)
+    print(class_summary(summary["final"], summary), file=sys.stderr)
     print(json.dumps({"output_dir": args.output_dir, **summary["final"]}))
     return summary
+
+
+def given_flags(argv: list[str]) -> set[str]:
+    """The long options a command line spells out ('--train-size=all' counts as '--train-size')."""
+    return {arg.split("=", 1)[0] for arg in argv if arg.startswith("--")}
+
+
+def subset_sizes(args: argparse.Namespace, profile, given: set[str]) -> dict:
+    """--train-size and --eval-size: as given; not given, the profile's for a named dataset and every row of a
+    file (a stratified fifth held out), said in one line (A1)."""
+    from bertmem.data.frames import looks_like_path
+
+    unset = [name for name in ("train_size", "eval_size") if f"--{name.replace('_', '-')}" not in given]
+    a_file = looks_like_path(str(args.dataset)) or Path(args.dataset).expanduser().exists()
+    sizes = {name: None if a_file else getattr(profile, name) for name in unset}
+    if a_file and unset:
+        said = {"train_size": "--train-size all (every training row)",
+                "eval_size": "--eval-size all (a stratified fifth held out, or all of --eval-dataset)"}
+        print(f"bertmem train: {', '.join(said[name] for name in unset)}: give numbers to use fewer",
+              file=sys.stderr)
+    return sizes
 
 
 def run_from_flags(args: argparse.Namespace, profile):
@@ -153,6 +219,20 @@ def bench_main(args: argparse.Namespace) -> dict:
     return result
 
 
+# Presets of `bertmem train` flags: the book's recipe (chapter 5's full recipe) spelled once, here.
+RECIPES = {"book": ("--precision", "auto", "--attention", "sdpa", "--group-by-length", "--layerwise-decay", "0.95",
+                    "--warmup-ratio", "0.1", "--max-grad-norm", "1.0", "--micro-batch", "auto",
+                    "--effective-batch", "32")}
+
+
+def recipe_defaults(name: str, train_parser: argparse.ArgumentParser) -> dict:
+    """The preset's flags as parser defaults (dest -> value), parsed by the train parser itself."""
+    flags = RECIPES[name]
+    parsed = train_parser.parse_args([*flags, "--output-dir", "-"])
+    dests = {a.dest for a in train_parser._actions for opt in a.option_strings if opt in flags}
+    return {dest: getattr(parsed, dest) for dest in dests}
+
+
 def bench_folder(output_dir: str) -> Path:
     """`--output-dir auto`: results/bench, or on Colab the runs folder (Google Drive when mounted) (chapter 5)."""
     if output_dir != "auto":
@@ -169,10 +249,17 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as err:  # a bad BERTMEM_* variable: one line, not a traceback
         print(f"bertmem: error: {err}", file=sys.stderr)
         return 2
+    argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
+    args.given_flags = given_flags(argv)  # what the reader spelled out: a default may depend on it
+    if getattr(args, "recipe", None):  # the preset's values become defaults; flags given still win
+        parser.train_parser.set_defaults(**recipe_defaults(args.recipe, parser.train_parser))
+        args = parser.parse_args(argv)
+        args.given_flags = given_flags(argv)
+        print(f"bertmem train: --recipe {args.recipe} = {' '.join(RECIPES[args.recipe])}", file=sys.stderr)
     try:
         with sigterm_interrupts():  # also while data and model load: no traceback on SIGTERM
-            {"train": train_main, "bench": bench_main, "plan": plan_main}[args.command](args)
+            {"train": train_main, "bench": bench_main, "plan": plan_main, "predict": predict_main}[args.command](args)
     except (ValueError, TypeError, FileNotFoundError) as err:
         parser.exit(2, f"bertmem {args.command}: error: {err}\n")
     except KeyboardInterrupt as stop:  # Ctrl-C or SIGTERM: the checkpoint (if any) is already saved

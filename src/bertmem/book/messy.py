@@ -131,7 +131,7 @@ MESSY_FILES = [
               raw("text,label\ngood,pos\nbad,neg\n\n,\nfine,pos\nawful,neg\n\nok,pos\nmeh,neg\n"), rows=6,
               classes=PN),
     MessyFile("missing_label.csv", "a row with text but no label", raw("text,label\ngood,pos\nbad,\nfine,neg\n"),
-              refusal="no label in row 2"),
+              refusal="no label in column 'label' in row 2: pass --drop-empty"),
     MessyFile("missing_text.csv", "a row with a label but no text", raw("text,label\ngood,pos\n,neg\nbad,neg\n"),
               refusal="no text in column 'text' in row 2"),
     MessyFile("missing_words_as_text.csv", "texts that look like missing values: NA, null, None, N/A, nan, -",
@@ -183,7 +183,7 @@ MESSY_FILES = [
               lambda: codecs.BOM_UTF8 + "text,label\ncafé,pos\nbad,neg\n".encode("cp1252"),
               refusal="mixes encodings"),
     MessyFile("blank_label.csv", "a label of spaces only", raw("text,label\ngood,pos\nbad,   \nfine,neg\n"),
-              refusal="no label in row 2"),
+              refusal="no label in column 'label' in row 2: pass --drop-empty"),
     MessyFile("label_codes.csv", "class codes 01, 02, 10 (read as the numbers 1, 2, 10, and said so)",
               table("text,label", reviews(["01", "02", "10", "01", "02", "10"])), rows=6,
               classes=("1", "2", "10")),
@@ -195,6 +195,22 @@ MESSY_FILES = [
               refusal="has an object with the key 'label' twice"),
     MessyFile("large.csv", "3,000 rows, read in chunks of 500", large_csv(), options={"chunk_rows": 500},
               rows=3000, classes=PN),
+    MessyFile("missing_text.csv", "a row with a label but no text, left out and counted", raw(
+        "text,label\ngood,pos\n,neg\nbad,neg\n"), options={"drop_empty": True}, rows=2, classes=PN),
+    MessyFile("no_text_or_label.csv", "rows without text and rows without a label, left out and counted", raw(
+        "text,label\ngood,pos\n  ,neg\nbad,\nfine,neg\n"), options={"drop_empty": True}, rows=2,
+        classes=PN),
+    MessyFile("subject_body.csv", "two text columns, read as a text pair (subject, body; one body empty)",
+              raw("subject,body,label\nGreat,A warm funny film.,pos\nAwful,,neg\nFine,Worth a look.,pos\n"),
+              options={"text_column": "subject", "second_text_column": "body"}, rows=3, classes=PN),
+    MessyFile("subject_body.csv", "the same two columns joined into one text",
+              raw("subject,body,label\nGreat,A warm funny film.,pos\nAwful,,neg\nFine,Worth a look.,pos\n"),
+              options={"text_column": "subject", "second_text_column": "body", "join_texts": True}, rows=3,
+              classes=PN),
+    MessyFile("empty_bodies.csv", "two text columns, both empty in one row",
+              raw("subject,body,label\nGreat,A warm funny film.,pos\n,,neg\nFine,Worth a look.,pos\n"),
+              options={"text_column": "subject", "second_text_column": "body"},
+              refusal="no text in columns ['subject', 'body'] in row 2: pass --drop-empty"),
 ]
 
 

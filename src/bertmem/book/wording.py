@@ -7,7 +7,7 @@ and `tests/test_wording.py` renders every one with values on both sides of its t
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import Mapping
 
 BAND = 0.03  # a ratio within 3 % of 1 reads as "about the same": below the noise of one timing on a shared CPU
 NO_FAST_PATH = 3.0  # a precision taking over 3× fp32's time has no fast kernels here (emulated or converted)
@@ -110,7 +110,8 @@ def cpu_precision_timing(fp16_x: float, bf16_x: float, auto_choice: str) -> str:
         fp16 = (f"fp16 takes {fp16_x:.2f}× the fp32 time ({pace(fp16_x)}): this CPU runs fp16 at a usable speed "
                 "(CPUs with AVX512-FP16 or AMX-FP16 have fp16 kernels), which `choose_precision`, refusing fp16 "
                 "on every CPU, does not check for")
-    bf16 = f"bf16 takes {bf16_x:.2f}× the fp32 time ({pace(bf16_x)})"
+    bf16 = (f"bf16 takes {bf16_x:.0f}× the fp32 time: this CPU has no fast bf16 path (PyTorch emulates it)"
+            if bf16_x > NO_FAST_PATH else f"bf16 takes {bf16_x:.2f}× the fp32 time ({pace(bf16_x)})")
     faster = pace(bf16_x) == "faster"
     if auto_choice == "bf16":
         verdict = "and the timing agrees: bf16 is faster here" if faster else "though bf16 is not faster here"
@@ -149,21 +150,6 @@ def peak_change(before: float, *after: float) -> str:
     if words == {"smaller"}:
         return "falls"
     return "rises" if words == {"larger"} else "changes little or moves both ways"
-
-
-def misses(hits: int, total: int, missed: Sequence[str], training: str = "briefly on short sentences") -> str:
-    """A1: how many predictions match what their sentences say, quoting the misses, with the hypothesis.
-
-    `training`: how the model was trained, in words the run computed ("for one epoch on 960 sentences")."""
-    line = f"{hits} of the {total} predictions match what the sentence was written to say."
-    if not missed:
-        return line
-    quoted = ", ".join(f"“{text}”" for text in missed)
-    noun = plural(len(missed), "miss", "misses").split(" ", 1)[1]
-    stop = "" if quoted[-2:] in (".”", "!”", "?”") else "."  # a quote that ends a sentence needs no second stop
-    return (f"{line} The {noun}: {quoted}{stop} A "
-            f"hypothesis, not tested here: a model trained {training} leans on single "
-            "words; check a model on sentences like your own before trusting it.")
 
 
 FRACTIONS = {1 / 10: "a tenth", 1 / 5: "a fifth", 1 / 4: "a quarter", 1 / 3: "a third", 1 / 2: "half"}
@@ -316,3 +302,42 @@ def autocast_cut(small: float, large: float, small_step: str, large_step: str) -
         order = "about equally at both sizes"
     return (f"under bf16 autocast the activations shrink {amount} ({small:.2f}× fp32's at {small_step}, "
             f"{large:.2f}× at {large_step}), {order}")
+
+
+def autocast_activations(before_mib: float, after_mib: float, precision: str) -> str:
+    """Chapter 5: what autocast did to the saved activations (accumulation ×4 → mixed precision), or, where the
+    mixed-precision row ran fp32 (`auto` on a CPU without native bf16), that this run cannot say."""
+    moved = f"{before_mib:.1f} → {after_mib:.1f} MiB"
+    if precision == "fp32":
+        return (f"the mixed-precision row ran fp32 here (`auto` chose fp32 on this CPU), so it repeats "
+                f"accumulation ×4 ({moved}) and says nothing about autocast")
+    return f"under {precision} autocast they come out {size_change(after_mib / before_mib)} ({moved})"
+
+
+def matmul_speedup(peaks: Mapping[str, float]) -> str:
+    """Chapter 5: the 16-bit matmul peak the bench measured against fp32's, or that it timed none (every row fp32)."""
+    low = next((p for p in ("bf16", "fp16") if p in peaks), None)
+    if low is None or "fp32" not in peaks:
+        return "The bench timed no 16-bit matmul on this machine: every row ran fp32"
+    ratio = peaks[low] / peaks["fp32"]
+    return f"The {low} matmul peak measured in the bench is {ratio:.1f}× the fp32 one on this machine"
+
+
+def precision_claim(holds: bool, precision: str, mixed_ratio: float, accumulation_ratio: float,
+                    activations: str) -> str:
+    """Chapter 5: whether "mixed precision needs less memory than accumulation alone" holds in this run (with the
+    two memory ratios and what the activations did), or that the run cannot test it: its row ran fp32."""
+    if precision == "fp32":
+        return ("this run cannot test the direction: its mixed-precision row ran fp32 (`auto` chose fp32 on this "
+                f"CPU), the same arithmetic as accumulation alone ({mixed_ratio:.3f}× against "
+                f"{accumulation_ratio:.3f}×)")
+    return (f"the direction {claim_verdict(holds)} in this run ({mixed_ratio:.3f}× against {accumulation_ratio:.3f}×; "
+            f"the activations came out {activations}, see above)")
+
+
+def precision_against_record(here: str, recorded: str) -> str:
+    """Chapter 5: a line when this run's mixed-precision rows ran another precision than the recorded bench's."""
+    if here == recorded:
+        return f"Both runs' mixed-precision rows ran {here}."
+    return (f"This run's mixed-precision rows ran {here}, the recorded run's {recorded}: those rows compare "
+            "different arithmetic, so their time and memory ratios do not carry over from one run to the other.")

@@ -2,9 +2,59 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any, Callable
 
 import torch
+
+# What a machine can do, forced from the environment so that one machine runs the other kind's branches (tests, CI,
+# a reader who wants to see what another machine would do). Unset: the hardware answers.
+CPU_BF16_ENV = "BERTMEM_CPU_BF16"  # 1: treat this CPU as having native bf16; 0: as having none
+CUDA_CAPABILITY_ENV = "BERTMEM_CUDA_CAPABILITY"  # e.g. 7.5: treat this machine's GPU as a T4's generation
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
+def forced_flag(name: str) -> bool | None:
+    """An on/off capability forced by the environment variable `name`; None when unset (chapter 3)."""
+    raw = os.environ.get(name, "").strip().lower()
+    if raw == "":
+        return None
+    if raw in _TRUE + _FALSE:
+        return raw in _TRUE
+    raise ValueError(f"{name}={os.environ[name]!r} is neither on nor off: set it to 1 or 0, or unset it")
+
+
+def forced_capability() -> tuple[int, int] | None:
+    """A GPU compute capability forced by $BERTMEM_CUDA_CAPABILITY ("7.5"); None when unset (chapter 3)."""
+    raw = os.environ.get(CUDA_CAPABILITY_ENV, "").strip()
+    if raw == "":
+        return None
+    major, dot, minor = raw.partition(".")
+    if not (dot and major.isdigit() and minor.isdigit()):
+        raise ValueError(f"{CUDA_CAPABILITY_ENV}={raw!r} is not a compute capability: write it as major.minor "
+                         "(7.5 for a T4, 8.0 for an A100), or unset it")
+    return int(major), int(minor)
+
+
+def native_cpu_bf16() -> bool:
+    """True when oneDNN reports native bf16 kernels on this CPU (AVX512-BF16 or AMX), whatever is forced."""
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return False
+
+
+def cpu_supports_bf16() -> bool:
+    """Whether the book treats this CPU as running bf16 natively: $BERTMEM_CPU_BF16 when set, else oneDNN's
+    answer (chapter 3). Without native kernels PyTorch still runs bf16, emulated (chapter 3 times it)."""
+    forced = forced_flag(CPU_BF16_ENV)
+    return native_cpu_bf16() if forced is None else forced
+
+
+def forced_note(name: str) -> str:
+    """" (forced: NAME=value)" when the environment forces a capability, else "": said wherever it decides."""
+    value = os.environ.get(name, "").strip()
+    return f" (forced: {name}={value})" if value else ""
 
 
 def require_device(device: str | torch.device) -> torch.device:
@@ -62,6 +112,11 @@ def resolve_device(model: torch.nn.Module, requested: str | torch.device | None 
         raise ValueError(f"the model is on {device}, but {wanted} was asked for: move the model once "
                          f"(model.to({str(wanted)!r})) and drop the device argument")
     return device
+
+
+def on_cuda(device: str | torch.device | None) -> bool:
+    """Whether a run's device setting names a CUDA device ('cuda', 'cuda:1'); None and 'cpu' do not."""
+    return device is not None and torch.device(device).type == "cuda"
 
 
 def cuda_available() -> bool:
@@ -168,10 +223,11 @@ def device_name(device: torch.device) -> str:
 
 
 def device_capability(device: torch.device | None = None) -> tuple[int, int] | None:
-    """A CUDA GPU's compute capability (7.5 on a T4, 8.0 on an A100); None on the CPU."""
+    """A CUDA GPU's compute capability (7.5 on a T4, 8.0 on an A100), or the one $BERTMEM_CUDA_CAPABILITY
+    forces; None on the CPU."""
     if (device is not None and torch.device(device).type != "cuda") or not torch.cuda.is_available():
         return None
-    return torch.cuda.get_device_capability(device)
+    return forced_capability() or torch.cuda.get_device_capability(device)
 
 
 def move_to(batch: dict[str, Any], device: torch.device | str) -> dict[str, Any]:

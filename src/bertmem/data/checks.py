@@ -34,28 +34,80 @@ def find_column(raw: pd.DataFrame, name: str, option: str) -> str:
                      f"Pass {option}= (--{option.replace('_', '-')}) naming yours")
 
 
-def checked_texts(texts: pd.Series) -> pd.Series:
-    """The text column, refused where a row has no text or a non-text value, naming the rows (chapter A1)."""
-    missing = texts.isna()
-    if missing.any():
-        raise ValueError(f"no text in column {texts.name!r} in {some_rows(missing)}: "
-                         f"drop them first (frame.dropna(subset=[{texts.name!r}])) or fill them")
-    not_text = ~texts.map(lambda t: isinstance(t, str))
+DROP_EMPTY_FIX = "pass --drop-empty to leave them out and count them (drop_empty=True in Python)"
+
+
+def no_text(texts: pd.Series) -> pd.Series:
+    """Rows whose value is missing or only spaces (non-text values are not counted here) (chapter A1)."""
+    return texts.isna() | texts.map(lambda t: isinstance(t, str) and t.strip() == "")
+
+
+def check_text_values(texts: pd.Series) -> None:
+    """Refuse numbers, lists or other non-text values in a text column, naming the rows (chapter A1)."""
+    present = texts[~texts.isna()]
+    not_text = ~present.map(lambda t: isinstance(t, str))
     if not_text.any():
-        raise ValueError(f"non-text values ({type(texts[not_text].iloc[0]).__name__}) in column {texts.name!r} "
+        raise ValueError(f"non-text values ({type(present[not_text].iloc[0]).__name__}) in column {texts.name!r} "
                          f"in {some_rows(not_text)}: the text column must hold strings; if they are texts, "
                          "convert them with .astype(str)")
-    empty = texts.str.strip() == ""
+
+
+def checked_texts(texts: pd.Series) -> pd.Series:
+    """The text column, refused where a row has no text or a non-text value, naming the rows and the fix (A1)."""
+    check_text_values(texts)
+    empty = no_text(texts)
     if empty.any():
-        raise ValueError(f"empty text in column {texts.name!r} in {some_rows(empty)}: drop them first")
+        raise ValueError(f"no text in column {texts.name!r} in {some_rows(empty)}: {DROP_EMPTY_FIX}, or fill them")
     return texts
 
 
+def no_label(labels: pd.Series) -> pd.Series:
+    """Rows without a label: missing, or only spaces (chapter A1)."""
+    return labels.isna() | (labels.astype(str).str.strip() == "")
+
+
 def check_labels_present(labels: pd.Series) -> None:
-    """Refuse rows without a label (empty, or only spaces), naming them (chapter A1)."""
-    missing = labels.isna() | (labels.astype(str).str.strip() == "")
+    """Refuse rows without a label (empty, or only spaces), naming them and the fix (chapter A1)."""
+    missing = no_label(labels)
     if missing.any():
-        raise ValueError(f"no label in {some_rows(missing)}: drop or fill them first")
+        raise ValueError(f"no label in column {labels.name!r} in {some_rows(missing)}: {DROP_EMPTY_FIX}, or fill "
+                         "them")
+
+
+def unusable_masks(raw: pd.DataFrame, text_columns: Sequence[str],
+                   label_column: str) -> tuple[pd.Series, pd.Series]:
+    """(no text in any of `text_columns`, no label) row masks; non-text values are refused (chapter A1)."""
+    for column in text_columns:
+        check_text_values(raw[column])
+    empty = pd.concat([no_text(raw[c]) for c in text_columns], axis=1).all(axis=1)
+    return empty, no_label(raw[label_column]) & ~empty
+
+
+def refuse_unusable(empty: pd.Series, unlabelled: pd.Series, text_columns: Sequence[str], label_column: str) -> None:
+    """The one sentence for rows without text or label, naming them and --drop-empty (chapter A1)."""
+    if empty.any():
+        where = f"column {text_columns[0]!r}" if len(text_columns) == 1 else f"columns {list(text_columns)}"
+        raise ValueError(f"no text in {where} in {some_rows(empty)}: {DROP_EMPTY_FIX}")
+    if unlabelled.any():
+        raise ValueError(f"no label in column {label_column!r} in {some_rows(unlabelled)}: {DROP_EMPTY_FIX}, or "
+                         "fill them")
+
+
+def left_out_note(empty: pd.Series, unlabelled: pd.Series) -> str:
+    """'left out 12 rows (rows 3, …) without text and row 40 without a label (--drop-empty)', or '' (A1)."""
+    parts = [f"{some_rows(rows)} without {what}" for rows, what in ((empty, "text"), (unlabelled, "a label"))
+             if rows.any()]
+    return f"left out {' and '.join(parts)} (--drop-empty)" if parts else ""
+
+
+def unusable_rows(raw: pd.DataFrame, text_columns: Sequence[str], label_column: str,
+                  drop_empty: bool = False) -> tuple[pd.Series, str]:
+    """Rows with no text in any of `text_columns`, or no label: refused, or with `drop_empty` marked for
+    leaving out, with the one line that counts them (chapter A1). Non-text values are always refused."""
+    empty, unlabelled = unusable_masks(raw, text_columns, label_column)
+    if not drop_empty:
+        refuse_unusable(empty, unlabelled, text_columns, label_column)
+    return empty | unlabelled, left_out_note(empty, unlabelled)
 
 
 def as_number(value: object) -> Decimal | None:
@@ -69,7 +121,7 @@ def as_number(value: object) -> Decimal | None:
     return number if number.is_finite() else None
 
 
-def label_values(labels: pd.Series) -> pd.Series:
+def label_values(labels: pd.Series, say: bool = True) -> pd.Series:
     """Labels as exact whole numbers where every one is a number, else as stripped strings (chapter A1).
 
     A renaming this makes ("01" and "1.0" both read as 1) is printed, so nothing changes without a word;
@@ -88,7 +140,7 @@ def label_values(labels: pd.Series) -> pd.Series:
                          "must be classes; bin scores into classes first")
     whole = numbers.map(int)
     renamed = sorted({(t, n) for t, n in zip(text, whole) if t != str(n)})
-    if renamed:
+    if renamed and say:
         print(f"labels read as whole numbers: {', '.join(f'{t!r} → {n}' for t, n in renamed[:8])}"
               + (" …" if len(renamed) > 8 else ""))
     return whole.astype(object)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+import pandas as pd
 from torch.utils.data import DataLoader
 
 from bertmem.core.flags import RefusesRenamed
@@ -19,6 +20,8 @@ from bertmem.data.frames import (
     load_text_classification,
     make_loader,
     prepare_frame,
+    prepare_options,
+    row_keys,
     split_file,
     subsample,
     tokenize_frame,
@@ -30,6 +33,11 @@ from bertmem.data.windows import check_window, default_stride, window_loader
 def parse_size(raw: str) -> int | None:
     """A subset size from text (environment, command line): a number of examples, or 'all' (the whole split)."""
     return None if raw.strip().lower() in ("all", "none", "") else int(raw)
+
+
+def micro_batch_or_auto(raw: str) -> int | str:
+    """--micro-batch: a number of examples, or 'auto' (`bertmem train` plans it for the card)."""
+    return "auto" if raw.strip().lower() == "auto" else int(raw)
 
 
 def check_subset_sizes(**sizes: int | None) -> None:
@@ -49,6 +57,13 @@ class DataConfig(RefusesRenamed):
         "help": "file or dataset to evaluate on (default: the eval split, or rows held out of a file)"})
     text_column: str = field(default="text", metadata={"help": "column holding the texts"})
     label_column: str = field(default="label", metadata={"help": "column holding the labels"})
+    second_text_column: str | None = field(default=None, metadata={
+        "help": "a second text column (a body after a subject): read as the tokenizer's text pair, or with "
+                "--join-texts joined to the first"})
+    join_texts: bool = field(default=False, metadata={
+        "help": "join --second-text-column to --text-column (a line break between) instead of a text pair"})
+    drop_empty: bool = field(default=False, metadata={
+        "help": "leave out rows without text or label, counting them (default: refuse the file, naming them)"})
     encoding: str | None = field(default=None, metadata={
         "help": "a file's text encoding, e.g. cp1252 (default: from its byte-order mark, else UTF-8)"})
     delimiter: str | None = field(default=None, metadata={
@@ -56,13 +71,18 @@ class DataConfig(RefusesRenamed):
     train_size: int | None = field(default=1000, metadata={
         "help": "training examples, or 'all'", "parse": parse_size})
     eval_size: int | None = field(default=500, metadata={
-        "help": "evaluation examples, or 'all'", "parse": parse_size})
+        "help": "evaluation examples, or 'all' (a single file: a stratified fifth of its rows held out)",
+        "parse": parse_size})
+    balance: bool = field(default=False, metadata={
+        "help": "draw the same number of training examples per class (default: keep the classes' proportions)"})
     max_length: int = field(default=256, metadata={"help": "tokens per example (longer ones are cut)"})
     truncation: str = field(default="head", metadata={
         "help": "what a cut keeps: head (the first tokens), tail (the last ones) or head+tail (a quarter from "
                 "the start, the rest from the end) (chapters 6, 9)", "choices": TRUNCATIONS})
     micro_batch: int = field(default=8, metadata={
-        "help": "examples per forward and backward pass (per process under Accelerate)", "aliases": ("--batch-size",)})
+        "help": "examples per forward and backward pass (per process under Accelerate); auto: the largest that "
+                "fits --memory or the GPU in use, accumulated to --effective-batch (bertmem train)",
+        "aliases": ("--batch-size",), "parse": micro_batch_or_auto})
     eval_batch_size: int | None = field(default=None, metadata={
         "help": "examples per evaluation batch (default: twice the micro-batch)"})
     group_by_length: bool = field(default=True, metadata={
@@ -91,6 +111,18 @@ class DataConfig(RefusesRenamed):
         if self.data_seed < 0:
             raise ValueError(f"data_seed must be >= 0, got {self.data_seed}")
         check_window(self.window, self.stride, self.max_length)
+        if self.join_texts and self.second_text_column is None:
+            raise ValueError("join_texts needs second_text_column (--second-text-column): the column to join")
+        if self.second_text_column is not None and not self.join_texts and (self.truncation != "head"
+                                                                            or self.window is not None):
+            raise ValueError("a text pair is cut by the tokenizer from the longer text; truncation "
+                             f"{self.truncation!r} and --window read one text: pass --join-texts, or "
+                             "--truncation head without --window")
+
+    def prepare_options(self) -> dict:
+        """The keyword options this data passes to `prepare_frame` (those not at their defaults) (chapter A1)."""
+        return prepare_options(second_text_column=self.second_text_column, join_texts=self.join_texts,
+                               drop_empty=self.drop_empty)
 
     def window_stride(self) -> int:
         """Tokens of text between window starts: the given stride, else three quarters of a window (chapter 9)."""
@@ -110,45 +142,78 @@ class Loaders(NamedTuple):
 def load_frames(data: DataConfig, prepare: PrepareFrame = prepare_frame) -> tuple:
     """Train and eval frames: named dataset splits, or a file with an eval file or rows held out (chapter A1).
 
-    Evaluation labels are encoded with the training labels' ids; a label training never saw is an error here,
-    before any model is loaded. `prepare` turns every split's raw rows into checked ones.
+    Subsets keep the classes' proportions (`data.balance`: the same number per class for training). A single
+    file holds out a stratified share for evaluation, said in one line. Evaluation labels are encoded with the
+    training labels' ids; a label training never saw is an error here, before any model is loaded. `prepare`
+    turns every split's raw rows into checked ones.
     """
     kw = dict(text_column=data.text_column, label_column=data.label_column, seed=data.data_seed,
-              encoding=data.encoding, delimiter=data.delimiter, prepare=prepare)
+              encoding=data.encoding, delimiter=data.delimiter, prepare=prepare, **data.prepare_options())
     if data.eval_dataset is not None or data.dataset in HUB_IDS:
         source = data.eval_dataset or data.dataset
         split = EVAL_SPLITS.get(source, "validation")  # a file ignores the split name
-        train_frame = load_text_classification(data.dataset, "train", size=data.train_size, **kw)
+        train_frame = load_text_classification(data.dataset, "train", size=data.train_size,
+                                               balance=data.balance, **kw)
         eval_is_file = split_file(source, split) is not None  # encoding= and delimiter= are for files only
         eval_kw = kw if eval_is_file else {**kw, "encoding": None, "delimiter": None}
-        eval_frame = load_text_classification(source, split, size=data.eval_size,
+        eval_frame = load_text_classification(source, split, size=data.eval_size, flag="--eval-size",
                                               label_names=train_frame.attrs["label_names"], **eval_kw)
-        return train_frame, eval_frame
+        return balanced(train_frame, data), eval_frame
     # held-out evaluation rows and training rows both come from the rows with the smallest hashes per label
     keep = data.eval_size + data.train_size if data.eval_size and data.train_size else None
     everything = load_text_classification(data.dataset, "train", keep_per_label=keep, **kw)
-    rows = everything.attrs.get("rows_read", len(everything))
+    counts = everything.attrs.get("label_counts") or everything["label"].value_counts().to_dict()
+    rows, names = sum(counts.values()), everything.attrs["label_names"]
     held = data.eval_size or max(2, rows // 5)
     if held >= rows - 1:
         raise ValueError(f"{data.dataset} has {rows} rows: too few to hold out {held} for evaluation; "
-                         "pass eval_dataset or a smaller eval_size")
-    eval_frame = subsample(everything, held, seed=data.data_seed)
-    repeats = everything["text"].isin(set(eval_frame["text"]))
+                         "pass eval_dataset (--eval-dataset) or a smaller eval_size (--eval-size)")
+    alone = [names[c] for c, n in sorted(counts.items()) if n < 2]
+    if alone:
+        raise ValueError(f"class(es) {alone} have one row each: too few to hold one out for evaluation and train "
+                         "on another; give them more rows, leave their rows out, or pass --eval-dataset (an "
+                         "evaluation file of your own)")
+    eval_frame = subsample(everything, held, seed=data.data_seed, flag="--eval-size")
+    print(f"held out {held} of {rows} rows ({held / rows:.0%}, stratified by class) for evaluation"
+          + ("" if data.eval_size else " (--eval-size all: a fifth of the file)"))
+    repeats = pd.Series(row_keys(everything)).isin(set(row_keys(eval_frame))).to_numpy()
     rest = everything[~repeats].reset_index(drop=True)
-    rest.attrs = dict(everything.attrs, repeats_left_out=int(repeats.sum() - len(eval_frame)))
+    gone = everything[repeats]["label"].value_counts().to_dict()  # held out, and copies of held-out texts
+    rest.attrs = dict(everything.attrs, repeats_left_out=int(repeats.sum() - len(eval_frame)),
+                      label_counts={c: n - gone.get(c, 0) for c, n in counts.items()})
     if rest.attrs["repeats_left_out"]:  # counted, never dropped silently
         print(f"{rest.attrs['repeats_left_out']} rows repeat a held-out text: left out of the training rows, "
               "so no evaluation text is trained on")
     lost = sorted(set(everything["label"]) - set(rest["label"]))
     if lost:  # every row of these classes repeats a held-out text: training would silently miss them
-        names = [everything.attrs["label_names"][i] for i in lost]
-        raise ValueError(f"holding out {held} rows for evaluation leaves no training rows of class(es) {names} "
-                         "(their texts all repeat held-out ones): pass eval_dataset, or deduplicate the file")
-    if data.train_size is not None and data.train_size > rows - held:
-        raise ValueError(f"train_size={data.train_size} but {data.dataset} has only {rows - held} rows left after "
-                         f"holding out {held} for evaluation: ask for at most {rows - held} (or 'all')")
-    train_frame = rest if data.train_size is None else subsample(rest, data.train_size, seed=data.data_seed)
-    return train_frame, eval_frame
+        raise ValueError(f"holding out {held} rows for evaluation leaves no training rows of class(es) "
+                         f"{[names[i] for i in lost]} (their texts all repeat held-out ones): pass eval_dataset "
+                         "(--eval-dataset), or deduplicate the file")
+    left = sum(rest.attrs["label_counts"].values())
+    if data.train_size is not None and data.train_size > left:
+        raise ValueError(f"train_size={data.train_size} but {data.dataset} has only {left} rows left after "
+                         f"holding out {held} for evaluation: ask for at most {left} (--train-size), or 'all'")
+    train_frame = rest if data.train_size is None else subsample(rest, data.train_size, seed=data.data_seed,
+                                                                 balance=data.balance)
+    return balanced(train_frame, data, source=rest), eval_frame
+
+
+def balanced(train_frame: pd.DataFrame, data: DataConfig, source: pd.DataFrame | None = None) -> pd.DataFrame:
+    """With `data.balance`: the training rows as drawn (or, for 'all', the largest balanced sample), and one line
+    saying how many rows a balanced sample keeps (chapter A1)."""
+    if not data.balance:
+        return train_frame
+    available = train_frame.attrs.get("drawn_from", len(train_frame))
+    if data.train_size is None:  # every row not held out, balanced: the smallest class sets the size
+        source = train_frame if source is None else source
+        counts = source.attrs.get("label_counts") or source["label"].value_counts().to_dict()
+        train_frame = subsample(source, len(counts) * min(counts.values()), seed=data.data_seed, balance=True)
+        available = sum(counts.values())
+    per_class = train_frame["label"].value_counts()
+    print(f"balanced training sample (--balance): {len(per_class)} classes × {per_class.min()}"
+          + (f"-{per_class.max()}" if per_class.max() != per_class.min() else "")
+          + f" rows = {len(train_frame)} of the {available} rows available")
+    return train_frame
 
 
 def build_loaders(data: DataConfig, tokenizer, frames=None, seed: int = 0) -> Loaders:

@@ -106,7 +106,8 @@ def pad_windows(windows: Windows, pad_id: int) -> dict[str, torch.Tensor]:
 
 def long_subset(frame: pd.DataFrame, tokenizer, longer_than: int, size: int, seed: int = 0,
                 lengths=None) -> pd.DataFrame:
-    """`size` reviews, balanced per label and chosen by hash, longer than `longer_than` tokens with [CLS] and [SEP].
+    """`size` reviews, balanced per label (chapter 9's test sets) and chosen by hash, longer than `longer_than`
+    tokens with [CLS] and [SEP].
 
     `lengths`: the texts' token counts with [CLS] and [SEP] where already known (else they are counted here).
     """
@@ -117,7 +118,12 @@ def long_subset(frame: pd.DataFrame, tokenizer, longer_than: int, size: int, see
     if len(long) < size:
         raise ValueError(f"only {len(long)} of {len(frame)} texts are longer than {longer_than} tokens, {size} asked "
                          "for: read more texts, ask for fewer or lower longer_than")
-    return subsample(long, size, seed)
+    per_label = long["label"].value_counts()
+    need = -(-size // len(per_label))  # a balanced set: the larger share, rounded up
+    if per_label.min() < need:
+        raise ValueError(f"label {per_label.idxmin()} has only {per_label.min()} texts longer than {longer_than} "
+                         f"tokens, {need} needed for a balanced set of {size}: read more texts or ask for fewer")
+    return subsample(long, size, seed, balance=True)
 
 
 def window_loader(frame: pd.DataFrame, tokenizer, window: int, stride: int, documents_per_batch: int,
@@ -129,6 +135,9 @@ def window_loader(frame: pd.DataFrame, tokenizer, window: int, stride: int, docu
     """
     if stride < 1 or stride > window - 2:
         raise ValueError(f"stride must be in [1, window - 2 = {window - 2}], got {stride}")
+    if "text_pair" in frame:
+        raise ValueError("windows read one text per example; this frame holds text pairs: join the texts "
+                         "(--join-texts) to read them in windows")
     documents = [ids[:max_tokens] for ids in content_tokens(frame["text"], tokenizer)]
     items = list(zip(documents, frame["label"].tolist()))
 

@@ -15,10 +15,18 @@ from typing import Any, Callable
 
 import torch
 
-from bertmem.core.devices import cuda_free_bytes, device_name, peak_memory_bytes, reset_peak_memory
+from bertmem.core.devices import (
+    CPU_BF16_ENV,
+    cuda_free_bytes,
+    device_name,
+    forced_note,
+    peak_memory_bytes,
+    reset_peak_memory,
+)
 from bertmem.core.flags import RefusesRenamed, shared_field
 from bertmem.core.units import MIB
 from bertmem.data.batching import widest_batch
+from bertmem.data.frames import row_keys
 from bertmem.data.loaders import DataConfig, load_frames
 from bertmem.experiments.compare import Skip, arm_order, fit_arm
 from bertmem.experiments.cost import matmul_tflops, model_flops_utilisation
@@ -264,6 +272,16 @@ def precisions_used(bench: BenchConfig) -> list[str]:
                    for v in bench.variants})
 
 
+def auto_precision_note(bench: BenchConfig) -> str | None:
+    """A line when the variants that ask for mixed precision run fp32 (`auto` on a CPU without native bf16)."""
+    device = torch.device(bench.device).type
+    asked = [v for v in bench.variants if variant_settings(bench, v)[2].precision == "auto"]
+    if not asked or choose_precision("auto", device, verbose=False).precision != "fp32":
+        return None
+    return (f"the rows that ask for mixed precision ({', '.join(asked)}) run fp32 here: `auto` found no native "
+            f"bf16 on this CPU{forced_note(CPU_BF16_ENV)}; set {CPU_BF16_ENV}=1 to run them in bf16, emulated")
+
+
 def matmul_peaks(bench: BenchConfig) -> dict[str, float]:
     """The measured matmul TFLOP/s of each precision the variants use: MFU's denominators, once per round."""
     dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -283,7 +301,7 @@ def frames_fingerprint(frames) -> str:
     """A short hash of every split's texts and labels, in order: a resumed bench must see the same data."""
     digest = hashlib.sha256()
     for frame in frames:
-        for text, label in zip(frame["text"], frame["label"]):
+        for text, label in zip(row_keys(frame), frame["label"]):
             digest.update(text.encode() + b"\0" + str(int(label)).encode() + b"\n")
     return digest.hexdigest()[:16]
 
@@ -362,6 +380,9 @@ def run_bench(bench: BenchConfig, loop: Callable = train, finished: FinishedRuns
     `finished`: where each (variant, seed) row is kept as it completes; rows already there are not run again.
     """
     frames = load_frames(variant_settings(bench, bench.variants[0])[1])
+    note = auto_precision_note(bench)
+    if note is not None:  # never fp32 without a word where a row asks for mixed precision
+        print(note)
     if finished is not None:
         finished.check(frames_fingerprint(frames))
     rounds, peaks_per_round = [], []
@@ -383,4 +404,5 @@ def run_bench(bench: BenchConfig, loop: Callable = train, finished: FinishedRuns
         rows = add_ratios(rows)
     peaks = {p: statistics.median(r[p] for r in peaks_per_round) for p in peaks_per_round[0]}
     return {"rows": rows, "rounds": rounds, "matmul_tflops": peaks, "matmul_tflops_per_round": peaks_per_round,
-            "bf16_matmul_tflops": peaks.get("bf16"), "settings": asdict(bench), "environment": environment_info()}
+            "bf16_matmul_tflops": peaks.get("bf16"), "settings": asdict(bench), "environment": environment_info(),
+            "precision note": note}

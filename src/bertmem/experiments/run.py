@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import platform
 import shutil
@@ -10,15 +11,34 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import torch
 
-from bertmem.core.devices import cuda_available, device_name, require_device, resolve_device
+from bertmem.core.devices import (
+    CPU_BF16_ENV,
+    cuda_available,
+    device_name,
+    forced_flag,
+    native_cpu_bf16,
+    require_device,
+    resolve_device,
+)
 from bertmem.core.locks import lock_output_folder
 from bertmem.core.runtime import seed_everything
-from bertmem.data.frames import PrepareFrame, prepare_frame
+from bertmem.data.frames import (
+    PrepareFrame,
+    cut_line,
+    cut_report,
+    epoch_padded_tokens,
+    prepare_frame,
+    token_lengths,
+)
 from bertmem.data.loaders import DataConfig, build_loaders, load_frames
+from bertmem.experiments.fit import FitRequest, RunPlan, plan_run, plan_summary, with_epoch_estimate
+from bertmem.experiments.predict import Reading, class_probabilities, save_reading
+from bertmem.experiments.report import class_report, save_confusion
 from bertmem.loop.accelerate_loop import train_with_accelerate
-from bertmem.loop.baseline import TrainResult, evaluate
+from bertmem.loop.baseline import TrainResult, evaluate, predict
 from bertmem.loop.checkpoint import CHECKPOINT_NAME
 from bertmem.loop.combined import encoder_levers, train
 from bertmem.loop.config import TINY_MODEL, RunConfig, TrainConfig
@@ -28,8 +48,14 @@ from bertmem.model.chunked import ChunkedClassifier
 from bertmem.model.loading import MINILM_ID, classifier_from_config, load_classifier, load_tokenizer, tiny_bert_config
 
 
+def run_tokenizer(run: RunConfig):
+    """The tokenizer of run.model_id ('tiny-bert' reads MiniLM's vocabulary) (chapter 5)."""
+    return load_tokenizer(MINILM_ID if run.model_id == TINY_MODEL else run.model_id)
+
+
 def build_model(run: RunConfig, label_names: list[str], max_length: int = 512):
-    """The classifier for run.model_id (a Hub id, folder, or 'tiny-bert') and its tokenizer (chapter 5)."""
+    """The classifier for run.model_id (a Hub id, folder, or 'tiny-bert'), a new head for `label_names`, and
+    its tokenizer (chapter 5)."""
     if run.model_id == TINY_MODEL:
         tokenizer = load_tokenizer(MINILM_ID)
         config = tiny_bert_config(vocab_size=tokenizer.vocab_size, num_labels=len(label_names),
@@ -38,7 +64,7 @@ def build_model(run: RunConfig, label_names: list[str], max_length: int = 512):
                                   id2label=dict(enumerate(label_names)),
                                   label2id={n: i for i, n in enumerate(label_names)})
         return classifier_from_config(config, run.attention), tokenizer
-    return load_classifier(run.model_id, len(label_names), run.attention, label_names), load_tokenizer(run.model_id)
+    return load_classifier(run.model_id, len(label_names), run.attention, label_names), run_tokenizer(run)
 
 
 def environment_info() -> dict[str, Any]:
@@ -48,10 +74,17 @@ def environment_info() -> dict[str, Any]:
 
     info = {"python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__,
             "accelerate": accelerate.__version__, "cpu": platform.processor() or platform.machine(),
-            "cpu_threads": torch.get_num_threads()}
+            "cpu_threads": torch.get_num_threads(), "cpu_bf16": cpu_bf16_line()}
     if cuda_available():
         info["gpu"] = device_name(torch.device("cuda", 0))
     return info
+
+
+def cpu_bf16_line() -> str:
+    """'native', 'none', or either with what the environment forced: what 'auto' precision saw (chapters 3, 5)."""
+    line = "native" if native_cpu_bf16() else "none"
+    forced = forced_flag(CPU_BF16_ENV)
+    return line if forced is None else f"{line}, treated as {'native' if forced else 'none'} ({CPU_BF16_ENV})"
 
 
 def parameter_checksum(model: torch.nn.Module) -> float:
@@ -61,10 +94,11 @@ def parameter_checksum(model: torch.nn.Module) -> float:
 
 
 def run_experiment(run: RunConfig, data: DataConfig, config: TrainConfig, *,
-                   prepare: PrepareFrame = prepare_frame) -> dict[str, Any]:
+                   prepare: PrepareFrame = prepare_frame, fit: FitRequest | None = None) -> dict[str, Any]:
     """Load data and model, train with the chosen backend, evaluate, write the output folder (chapter 5).
 
-    `prepare` checks each split's rows: chapter A1 passes the `prepare_frame` its cell defines.
+    `prepare` checks each split's rows: chapter A1 passes the `prepare_frame` its cell defines. `fit`: plan the
+    run for a card first (`--memory`, `--micro-batch auto`): its micro-batch, accumulation, peak and time.
     """
     if data.window is not None and encoder_levers(config):  # before anything loads (train() would refuse later)
         levers = ", ".join(encoder_levers(config))
@@ -72,40 +106,78 @@ def run_experiment(run: RunConfig, data: DataConfig, config: TrainConfig, *,
                          "encoder there: drop them, or drop --window")
     device = require_device(run.device) if run.device is not None else None
     if not run.output_dir:
-        return trained_summary(run, data, config, prepare, device)
+        return trained_summary(run, data, config, prepare, device, fit)
     folder = prepare_output_dir(run)  # before any data or model is loaded: a bad folder must not cost a run
     with lock_output_folder(folder):  # one writer per folder, from before the data loads to the last file
         check_previous_run(folder, run)
-        return trained_summary(run, data, config, prepare, device)
+        return trained_summary(run, data, config, prepare, device, fit)
 
 
 def trained_summary(run: RunConfig, data: DataConfig, config: TrainConfig, prepare: PrepareFrame,
-                    device: torch.device | None) -> dict[str, Any]:
-    """`run_experiment` once its output folder is checked and held: data, model, training, outputs (ch. 5)."""
+                    device: torch.device | None, fit: FitRequest | None = None) -> dict[str, Any]:
+    """`run_experiment` once its output folder is checked and held: data, plan, model, training, outputs
+    (ch. 5, A1)."""
     frames = load_frames(data, prepare)
     names = frames[0].attrs["label_names"]
+    tokenizer = run_tokenizer(run)
+    lengths = {what: token_lengths(frame, tokenizer) for what, frame in zip(("train", "eval"), frames)}
+    cuts = {what: cut_report(lengths[what], data.max_length) for what in lengths}
+    pair = data.second_text_column is not None and not data.join_texts
+    print(cut_line(cuts["train"], data.max_length, data.truncation, data.window, pair=pair))  # never cut silently
+    plan = None
+    if fit is not None:  # before the model takes memory: a plan that does not fit stops here
+        plan = planned_once(run) or plan_run(fit, run, data, config,
+                                             [min(n, data.max_length) for n in lengths["train"]])
+        data = dataclasses.replace(data, micro_batch=plan.micro_batch)
+        config = dataclasses.replace(config, accumulation_steps=plan.accumulation_steps)
     seed_everything(config.seed)  # the new classifier head is drawn here: same seed, same run
-    model, tokenizer = build_model(run, names, data.window or data.max_length)
+    model, _ = build_model(run, names, data.window or data.max_length)
     if data.window is not None:  # every window of a text, its logits pooled, trained end to end (chapter 9)
         model = ChunkedClassifier(model)
     if device is not None and run.backend != "accelerate":  # Accelerate gives each process its own device
         model.to(device)  # placed once; every helper below follows the model
     if run.output_dir and run.overwrite and not run.resume:
         remove_previous_run(Path(run.output_dir).expanduser())
+    if plan is not None and run.output_dir:  # a resumed run takes this plan again, whatever memory is free then
+        (Path(run.output_dir) / PLAN_FILE).write_text(json.dumps(plan_summary(plan), indent=1, default=str))
     loaders = build_loaders(data, tokenizer, frames, seed=config.seed)
+    if plan is not None:
+        read = [min(n, data.max_length) for n in lengths["train"]]
+        pad = data.max_length if data.pad_to_max_length else None
+        tokens = (epoch_padded_tokens(read, data.micro_batch, data.group_by_length, config.seed, pad)
+                  if data.window is None else sum(read))  # windows: each text's tokens as read
+        plan = with_epoch_estimate(plan, run, config, len(frames[0]), tokens)
+        print("\n".join(plan.lines(len(frames[0]), tokens, max(read))), flush=True)
     identity = dict(asdict(run), **asdict(data), label_names=list(names))  # train() adds fingerprint and size
     result = run_backend(run, model, loaders.train, config, loaders.eval, identity)
+    predictions = result.predictions if result.predictions is not None else predict(model, loaders.eval)
     summary = {"final": result.final_metrics, "epochs": result.epochs, "history": result.history,
                "precision": result.precision, "skipped_steps": result.skipped_steps, "backoffs": result.backoffs,
                "num_processes": result.num_processes, "rank": result.rank, "rank_bytes": result.rank_bytes,
                "parameter_checksum": parameter_checksum(model), "label_names": names,
                "train_examples": len(frames[0]), "eval_examples": len(frames[1]), "environment": environment_info(),
+               **class_report(predictions, list(names)), "longer_than_max_length": cuts,
+               "plan": None if plan is None else plan_summary(plan),
                "checkpoints": {"saves": result.checkpoint_saves, "time_s": result.checkpoint_time_s,
                                "share": result.checkpoint_share,
                                "periodic_share": result.periodic_checkpoint_share}}
     if run.output_dir:
         write_outputs(Path(run.output_dir), run, data, config, summary, result, model, tokenizer)
     return summary
+
+
+PLAN_FILE = "plan.json"  # the micro-batch and accumulation a planned run chose, for --resume
+
+
+def planned_once(run: RunConfig) -> RunPlan | None:
+    """On --resume, the plan the interrupted run chose (its micro-batch and accumulation), else None (A1)."""
+    path = Path(run.output_dir or ".") / PLAN_FILE
+    if not (run.resume and run.output_dir and path.is_file()):
+        return None
+    saved = json.loads(path.read_text())
+    print(f"resuming with the first run's plan: micro-batch {saved['micro_batch']} × {saved['accumulation_steps']}")
+    return RunPlan(saved["micro_batch"], saved["accumulation_steps"], saved["budget"],
+                   notes=["resumed: planned by the first run"])
 
 
 def run_backend(run: RunConfig, model, train_loader, config: TrainConfig, eval_loader,
@@ -120,7 +192,8 @@ def run_backend(run: RunConfig, model, train_loader, config: TrainConfig, eval_l
     return train(model, train_loader, config, eval_loader, settings, run=run)
 
 
-RUN_FILES = ("metrics.json", "config.json", "loss.png", CHECKPOINT_NAME)  # what a run leaves in its folder
+# what a run leaves in its folder
+RUN_FILES = ("metrics.json", "config.json", "loss.png", "confusion.png", "plan.json", CHECKPOINT_NAME)
 
 
 def previous_run_files(folder: Path) -> list[Path]:
@@ -191,6 +264,8 @@ def write_outputs(folder: Path, run: RunConfig, data: DataConfig, config: TrainC
     result.plot(ax=ax, smooth=max(1, min(10, len(result.history) // 5)))
     ax.set_title(f"{run.model_id} on {Path(data.dataset).name}")
     ax.figure.savefig(folder / "loss.png", dpi=120, bbox_inches="tight")
+    save_confusion(summary, folder / "confusion.png",
+                   f"{Path(run.model_id).name} on {Path(data.dataset).name}: held-out examples (counts)")
     if run.save_model:
         model = getattr(model, "module", model)
 
@@ -200,23 +275,18 @@ def write_outputs(folder: Path, run: RunConfig, data: DataConfig, config: TrainC
             merge_lora(model)
         model.save_pretrained(folder / "model")
         tokenizer.save_pretrained(folder / "model")
+        save_reading(folder / "model", data, summary["label_names"])  # `bertmem predict` reads texts the same way
 
 
-@torch.no_grad()
 def predict_texts(model, tokenizer, texts: list[str], max_length: int = 256, batch_size: int = 32,
                   device: str | None = None) -> list[dict[str, Any]]:
-    """Label and probability for each new text, with the model's own label names, on its device (chapter A1)."""
+    """Label and probability for each new text, with the model's own label names, on its device (chapter A1):
+    the reading `bertmem predict` does for a file, for a list of texts."""
     if isinstance(texts, str) or not all(isinstance(t, str) and t.strip() for t in texts):
         raise TypeError("texts must be a list of non-empty strings (wrap a single text in a list)")
-    device = resolve_device(model, device)
-    model.eval()
+    resolve_device(model, device)  # a device other than the model's is refused, never moved to
     names = getattr(model.config, "id2label", None) or {}
-    out = []
-    for start in range(0, len(texts), batch_size):
-        chunk = texts[start:start + batch_size]
-        batch = tokenizer(chunk, truncation=True, max_length=max_length, padding=True, return_tensors="pt").to(device)
-        probs = model(**batch).logits.float().softmax(-1)
-        for text, p in zip(chunk, probs):
-            k = int(p.argmax())
-            out.append({"text": text, "label": names.get(k, str(k)), "probability": float(p[k])})
-    return out
+    probabilities = class_probabilities(model, tokenizer, pd.DataFrame({"text": texts}), Reading(max_length=max_length),
+                                        batch_size, show=False)
+    return [{"text": text, "label": names.get(int(p.argmax()), str(int(p.argmax()))),
+             "probability": float(p.max())} for text, p in zip(texts, probabilities)]

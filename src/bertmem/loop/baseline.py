@@ -35,6 +35,7 @@ class TrainResult:
     rank_bytes: dict[str, int] | None = None  # this process's parameter/optimizer bytes (Accelerate, chapter 7)
     # the last evaluation's 0/1 score per test example, in the test set's order: for paired comparisons (ch. 5)
     correct: list[int] | None = None
+    predictions: "Predictions | None" = None  # the last evaluation's predicted and true labels (A1)
     checkpoint_saves: int = 0  # checkpoints written by this process (chapter 5)
     checkpoint_time_s: float = 0.0  # the time they took
     checkpoint_after_epochs_s: float = 0.0  # of which at epochs' ends, outside the epochs' train_time_s
@@ -96,6 +97,25 @@ class Predictions:
                 "macro_f1": float(f1_score(self.labels, self.predicted, average="macro")),
                 "eval_loss": self.loss}
 
+    def majority_share(self) -> float:
+        """The accuracy of always answering the most frequent test class: chance for skewed data (ch. 0, A1)."""
+        return float(np.bincount(self.labels).max() / len(self.labels)) if len(self.labels) else float("nan")
+
+    def per_class(self, names: list[str]) -> list[dict[str, float | int | str]]:
+        """Precision, recall, F1 and support of every class, by name, as scikit-learn computes them (A1)."""
+        from sklearn.metrics import precision_recall_fscore_support
+
+        precision, recall, f1, support = precision_recall_fscore_support(
+            self.labels, self.predicted, labels=list(range(len(names))), zero_division=0)
+        return [{"class": name, "precision": float(p), "recall": float(r), "f1": float(f), "support": int(n)}
+                for name, p, r, f, n in zip(names, precision, recall, f1, support)]
+
+    def confusion(self, names: list[str]) -> list[list[int]]:
+        """Counts: row i, column j = test examples of class i predicted as class j (A1)."""
+        from sklearn.metrics import confusion_matrix
+
+        return confusion_matrix(self.labels, self.predicted, labels=list(range(len(names)))).tolist()
+
 
 def loader_order(loader) -> list[int] | None:
     """The dataset index of every example in the order a fixed-order loader yields them; None if unknown."""
@@ -143,6 +163,7 @@ def evaluate_into(result: TrainResult, model: torch.nn.Module, loader: Iterable[
     """`evaluate`, keeping each test example's 0/1 score on `result.correct` for paired comparisons (ch. 5)."""
     predictions = predict(model, loader, show_progress=show_progress)
     result.correct = (predictions.predicted == predictions.labels).astype(int).tolist()
+    result.predictions = predictions
     return predictions.metrics()
 
 

@@ -8,7 +8,16 @@ from dataclasses import dataclass
 
 import torch
 
-from bertmem.core.devices import cuda_available, device_capability, model_device, move_to
+from bertmem.core.devices import (
+    CPU_BF16_ENV,
+    CUDA_CAPABILITY_ENV,
+    cpu_supports_bf16,
+    cuda_available,
+    device_capability,
+    forced_note,
+    model_device,
+    move_to,
+)
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 REQUESTS = ("auto",) + PRECISIONS
@@ -50,14 +59,6 @@ class PrecisionChoice:
         return DTYPES[self.precision]
 
 
-def cpu_supports_bf16() -> bool:
-    """True when this CPU has native bf16 kernels (AVX512-BF16 or AMX) in oneDNN."""
-    try:
-        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    except (AttributeError, RuntimeError):
-        return False
-
-
 def choose_precision(requested: str = "auto", device_type: str | None = None,
                      capability: tuple[int, int] | None = None, cpu_bf16: bool | None = None,
                      verbose: bool = True) -> PrecisionChoice:
@@ -70,15 +71,22 @@ def choose_precision(requested: str = "auto", device_type: str | None = None,
         if found is None:
             raise ValueError("device_type 'cuda' needs a CUDA GPU (none here) or an explicit capability=(major, minor)")
         major, minor = found
-        bf16_ok, where = major >= 8, f"GPU with compute capability {major}.{minor}"
+        forced = forced_note(CUDA_CAPABILITY_ENV) if capability is None else ""
+        bf16_ok, where = major >= 8, f"GPU with compute capability {major}.{minor}{forced}"
     elif device_type == "cpu":
         bf16_ok = cpu_supports_bf16() if cpu_bf16 is None else cpu_bf16
-        where = f"CPU {'with' if bf16_ok else 'without'} native bf16"
+        forced = forced_note(CPU_BF16_ENV) if cpu_bf16 is None else ""
+        where = f"CPU {'with' if bf16_ok else 'without'} native bf16{forced}"
     else:  # another accelerator: no mixed-precision policy here, fp32 unless a test asks otherwise
         bf16_ok, where = False, f"{device_type} device"
     if requested == "fp16" and device_type == "cpu":
         raise ValueError("fp16 is refused on a CPU: it needs loss scaling, and most CPUs have no fast fp16 "
                          "kernels (chapter 3 times it on yours): use precision='bf16' or 'fp32'")
+    if requested == "bf16" and not bf16_ok and device_type == "cpu":
+        # PyTorch would run it, emulated; how fast that is depends on the CPU, so the reader decides (chapter 3)
+        raise ValueError(f"bf16 is refused on this {where}, where PyTorch would emulate it (chapter 3 times that "
+                         f"against fp32): use precision 'fp32' (--precision fp32), or set {CPU_BF16_ENV}=1 to run "
+                         "it emulated anyway")
     if requested == "bf16" and not bf16_ok:
         raise ValueError(f"bf16 is not supported on this {where}: use 'fp16' (GPU) or 'fp32'")
     if requested != "auto":

@@ -97,6 +97,24 @@ CARDS = {  # NVIDIA datasheets and whitepapers (references.bib: the `source` of 
 }
 
 
+def card_named(name: str) -> Card | None:
+    """The card `--memory NAME` names (t4, a100-80gb, …), or None for a size such as 15GiB (plan, train)."""
+    key = str(name).strip().lower()
+    return next((card for k, card in CARDS.items() if k.lower() == key), None)
+
+
+def card_precision(card: Card | None) -> tuple[str, str]:
+    """What precision 'auto' plans for on a card, and why: its 16-bit format, or fp16 (a T4's) for a bare size."""
+    if card is not None:
+        return card.low_precision(), f"auto: {with_article(card.name)}'s 16-bit format"
+    return "fp16", "auto: fp16, a T4's (name the card, e.g. --memory l4, to plan for its own)"
+
+
+def with_article(name: str) -> str:
+    """'a Colab T4', 'an A100 40GB', 'an H100', 'an L4': the article a card name takes when read aloud."""
+    return ("an " if name[:1].upper() in "AEFHILMNORSX" else "a ") + name
+
+
 def card_for(gpu_name: str | None) -> Card | None:
     """The card a CUDA device name names as a whole word ('Tesla T4', 'NVIDIA L4'; not 'L40S'), else None."""
     for key, card in CARDS.items():

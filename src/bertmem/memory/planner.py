@@ -16,8 +16,8 @@ from bertmem.core.devices import empty_cache, model_device
 from bertmem.core.flags import RefusesRenamed
 from bertmem.core.units import GIB
 from bertmem.data.windows import check_window, default_stride, window_count
-from bertmem.loop.precision import PRECISIONS
-from bertmem.memory.cards import CARD_MEMORY, CUDA_CONTEXT_BYTES, DEFAULT_CARD
+from bertmem.loop.precision import PRECISIONS, choose_precision
+from bertmem.memory.cards import CARD_MEMORY, CUDA_CONTEXT_BYTES, DEFAULT_CARD, card_named, card_precision
 from bertmem.memory.estimate import estimate_step_memory, model_config
 from bertmem.memory.measure import measure_step_memory
 from bertmem.model.adapters import LORA_RANK
@@ -71,7 +71,9 @@ class PlanRequest(RefusesRenamed):
         "help": "a Hub id (13 encoders answer offline: `bertmem.model.known`, e.g. FacebookAI/roberta-large) or a "
                 "local model folder", "flag": "--model"})
     max_length: int = field(default=512, metadata={"help": "tokens per example"})
-    precision: str = field(default="fp16", metadata={"help": "autocast precision", "choices": PRECISIONS})
+    precision: str = field(default="fp16", metadata={
+        "help": "autocast precision; auto: the card's 16-bit format (bf16 where it has bf16, fp16 on a T4; on "
+                "this machine's GPU, what it runs)", "choices": ("auto",) + PRECISIONS, "cli_default": "auto"})
     memory_bytes: int = field(default=CARD_MEMORY[DEFAULT_CARD], metadata={  # the command line reads text
         "help": f"device memory: 15GiB, 16GB, a card ({', '.join(CARD_MEMORY)}); 'auto' reads this machine's CUDA "
                 "device's free memory (a T4 where there is none)",
@@ -99,7 +101,8 @@ class PlanRequest(RefusesRenamed):
 
     def __post_init__(self) -> None:
         if self.precision not in PRECISIONS:
-            raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
+            raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r} ('auto' is resolved "
+                             "for a card first: bertmem.memory.planner.plan_precision)")
         if self.attention not in ("eager", "sdpa"):
             raise ValueError(f"attention must be 'eager' or 'sdpa', got {self.attention!r}")
         if self.optimizer not in OPTIMIZERS:
@@ -132,10 +135,25 @@ class Plan:
     breakdown: dict[str, int] = field(default_factory=dict)
     request: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # where the plan differs from what was asked, and why
+    precision_asked: str | None = None  # 'auto' when the precision was chosen for the card: the command keeps it
 
     def as_dict(self) -> dict[str, Any]:
-        """One JSON-ready object (`bertmem plan --json`)."""
-        return asdict(self)
+        """One JSON-ready object (`bertmem plan --json`), with the `bertmem train` command that runs it."""
+        return {**asdict(self), "train_command": self.train_command()}
+
+    def train_command(self, dataset: str = "YOUR_FILE.csv", output_dir: str = "runs/mine") -> str:
+        """The `bertmem train` command that runs this plan: the same flag names, every planned setting (A1)."""
+        r = self.request
+        flags = ["--model", r["model_id"], "--max-length", str(r["max_length"]),
+                 "--precision", self.precision_asked or r["precision"],
+                 "--attention", r["attention"], "--optimizer", r["optimizer"]]
+        flags += ["--gradient-checkpointing"] if r["gradient_checkpointing"] else []
+        flags += ["--lora-r", str(r["lora_r"])] if r.get("lora_r") else []
+        flags += ["--freeze-layers", str(r["freeze_layers"])] if r.get("freeze_layers") else []
+        flags += ["--window", str(r["window"])] if r.get("window") else []
+        flags += ["--stride", str(r["stride"])] if r.get("stride") else []
+        flags += ["--micro-batch", str(self.micro_batch), "--accumulation-steps", str(self.accumulation_steps)]
+        return " ".join(["bertmem train", "--dataset", dataset, "--output-dir", output_dir, *flags])
 
     def describe(self) -> str:
         """A few lines a reader can act on (`bertmem plan`)."""
@@ -154,7 +172,21 @@ class Plan:
                  f"estimated peak {self.estimated_peak_bytes / GIB:.2f} GiB (during {self.peak_phase}):"]
         lines += [f"  {name:<34} {size / GIB:6.2f} GiB" for name, size in self.breakdown.items()]
         lines += [f"note: {note}" for note in self.notes]
+        lines.append(f"to run it: {self.train_command()} (your file, and --text-column and --label-column if its "
+                     "columns are not text and label; to plan again for the file's longest batch, replace "
+                     f"--micro-batch and --accumulation-steps by --micro-batch auto --memory CARD --effective-batch "
+                     f"{r['effective_batch']})")
         return "\n".join(lines)
+
+
+def plan_precision(precision: str, memory: str, gpu_capability: tuple[int, int] | None = None) -> tuple[str, str]:
+    """`--precision auto` for a plan: a named card's 16-bit format, this GPU's choice, else a T4's fp16; with the
+    words that say why (`bertmem plan`)."""
+    if precision != "auto":
+        return precision, "as asked"
+    if str(memory).strip().lower() == "auto" and gpu_capability is not None:
+        return choose_precision("auto", "cuda", gpu_capability, verbose=False).precision, "auto: this GPU's choice"
+    return card_precision(card_named(memory))
 
 
 def windows_per_document(request: PlanRequest) -> int:

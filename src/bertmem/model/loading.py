@@ -95,31 +95,38 @@ def load_tokenizer(model_id: str | os.PathLike):
         return AutoTokenizer.from_pretrained(resolve_model_source(model_id), local_files_only=hub_offline())
 
 
-def load_classifier(model_id: str | os.PathLike, num_labels: int = 2, attn_implementation: str = "sdpa",
+def load_classifier(model_id: str | os.PathLike, num_labels: int | None = None, attn_implementation: str = "sdpa",
                     label_names: list[str] | None = None, device: str | torch.device | None = None):
-    """AutoModelForSequenceClassification (safetensors only, chosen attention), placed on `device` (chapter 0)."""
-    from transformers import AutoModelForSequenceClassification
+    """AutoModelForSequenceClassification (safetensors only, chosen attention), placed on `device` (chapter 0).
 
+    `num_labels`: the classes a new head has; None takes them from `label_names`, else from the folder's own
+    config (a fine-tuned model's classes; 2 for a plain encoder).
+    """
+    from transformers import AutoModelForSequenceClassification
 
     if attn_implementation not in ATTENTION_IMPLEMENTATIONS:
         raise ValueError(f"attn_implementation must be one of {ATTENTION_IMPLEMENTATIONS}, got {attn_implementation!r}")
-    if num_labels < 2:
+    if num_labels is None and label_names is not None:
+        num_labels = len(label_names)
+    if num_labels is not None and num_labels < 2:
         raise ValueError(f"num_labels must be >= 2, got {num_labels}")
     if label_names is not None and len(label_names) != num_labels:
-        raise ValueError(f"{len(label_names)} label names for num_labels={num_labels}")
-    extra = {}
+        raise ValueError(f"{len(label_names)} label names for num_labels={num_labels}: pass one name per class, "
+                         "or leave num_labels out (it follows the names)")
+    extra = {} if num_labels is None else {"num_labels": num_labels}
     if label_names is not None:
-        extra = {"id2label": dict(enumerate(label_names)), "label2id": {n: i for i, n in enumerate(label_names)}}
+        extra.update(id2label=dict(enumerate(label_names)), label2id={n: i for i, n in enumerate(label_names)})
     target = require_device(device) if device is not None else None  # a bad device fails before the load
     with _quiet_transformers():
         model = AutoModelForSequenceClassification.from_pretrained(
-            resolve_model_source(model_id), num_labels=num_labels, use_safetensors=True,
+            resolve_model_source(model_id), use_safetensors=True,
             attn_implementation=attn_implementation, local_files_only=hub_offline(), **extra)
     # Placed once here; every helper afterwards reads the device from the parameters.
     return model if target is None else model.to(target)
 
 
-def load_model_and_tokenizer(model_id: str | os.PathLike, num_labels: int = 2, attn_implementation: str = "sdpa",
+def load_model_and_tokenizer(model_id: str | os.PathLike, num_labels: int | None = None,
+                             attn_implementation: str = "sdpa",
                              label_names: list[str] | None = None, device: str | torch.device | None = None):
     """Both halves at once: (model on `device`, tokenizer) (chapter 0)."""
     return (load_classifier(model_id, num_labels, attn_implementation, label_names, device),

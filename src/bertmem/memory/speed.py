@@ -1,0 +1,78 @@
+"""How long an epoch takes on a card, estimated: FLOPs over the card's training rate, with a floor per
+micro-step (`bertmem train`'s plan, `bertmem plan`; chapters' minutes use the FLOP count alone).
+
+Training costs 6 · parameters · tokens FLOPs (Kaplan et al., 2020) at the rate a BERT fine-tune reaches on the
+card (`Card.training_tflops`: measured where the book has a measurement, else the datasheet peak times an
+assumed utilisation). A FLOP count alone gives 8 × 4 and 32 × 1 the same time, but small micro-batches pay per
+launch: appendix A3 measured a forward and backward pass of bert-base at micro-batch 8 taking 27–34 ms for
+lengths from 82 to 512 tokens on an H200, so no micro-step is estimated faster than the fastest of those. An
+estimate, never a measurement: every line it prints says so."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib.resources import files
+
+from bertmem.memory.cards import Card, with_article
+
+
+def training_flops(num_params: int, tokens: int) -> float:
+    """6 · parameters · tokens: one forward and backward pass over `tokens` (Kaplan et al., 2020)."""
+    return 6.0 * num_params * tokens
+
+
+@lru_cache(maxsize=None)
+def micro_step_floor_seconds() -> float:
+    """The fastest forward+backward A3 measured for bert-base at micro-batch 8 on an H200 (lengths already seen,
+    cuDNN attention off): the time below which no micro-step is estimated."""
+    recorded = json.loads(files("bertmem").joinpath("recorded", "gpu-nvidia-h200.json").read_text(encoding="utf-8"))
+    rows = recorded["sdpa shapes"]["rows"]
+    return min(row["second pass median (ms)"] for row in rows.values()) / 1000
+
+
+@dataclass(frozen=True)
+class EpochEstimate:
+    """An estimated training epoch on a card: its time, and what the estimate rests on (plan, train)."""
+
+    seconds: float
+    micro_steps: int
+    tokens: int
+    seconds_per_micro_step: float
+    bound: str  # "compute" (FLOPs over the rate) or "per-step floor" (A3's measured launch-bound step)
+    rate_tflops: float
+    card: str
+    basis: str
+
+    def line(self) -> str:
+        """'about 4 min per epoch on a Colab T4 (estimated: ...)'."""
+        minutes = self.seconds / 60
+        took = f"about {minutes:.0f} min" if minutes >= 1 else f"about {self.seconds:.0f} s"
+        return (f"{took} per epoch on {with_article(self.card)} (estimated: {self.micro_steps} micro-steps of "
+                f"{1000 * self.seconds_per_micro_step:.0f} ms, {self.bound}-bound; {self.basis})")
+
+
+def epoch_estimate(num_params: int, examples: int, tokens_per_example: float, micro_batch: int, card: Card,
+                   precision: str, recompute: float = 1.0) -> EpochEstimate:
+    """One epoch of `examples` at `micro_batch` on `card`: each micro-step the larger of its FLOPs over the
+    card's training rate and A3's measured floor. `tokens_per_example` counts padding (what the card computes);
+    `recompute` is 4/3 with gradient checkpointing (the forward runs twice)."""
+    if examples < 1 or micro_batch < 1 or tokens_per_example <= 0:
+        raise ValueError(f"examples, micro_batch and tokens_per_example must be positive, got {examples}, "
+                         f"{micro_batch}, {tokens_per_example}")
+    steps = math.ceil(examples / micro_batch)
+    rate = card.training_tflops(precision)
+    compute = training_flops(num_params, micro_batch * tokens_per_example) * recompute / (rate * 1e12)
+    floor = micro_step_floor_seconds()
+    measured = precision in card.measured_tflops or (precision == "auto" and card.low_precision()
+                                                     in card.measured_tflops)
+    source = (f"{rate:.1f} TFLOP/s, a BERT fine-tune's published rate on it" if measured
+              else f"{rate:.1f} TFLOP/s, {card.utilisation:.0%} of its datasheet peak (assumed)")
+    basis = (f"6 · parameters · tokens at {source}; no micro-step under A3's {1000 * floor:.0f} ms, measured "
+             "for bert-base at micro-batch 8 on an H200")
+    return EpochEstimate(seconds=steps * max(compute, floor), micro_steps=steps,
+                         tokens=int(examples * tokens_per_example), seconds_per_micro_step=max(compute, floor),
+                         bound="compute" if compute >= floor else "per-step floor", rate_tflops=rate,
+                         card=card.name, basis=basis)
