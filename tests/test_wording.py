@@ -198,6 +198,8 @@ def test_same_losses_flips_at_rounding(difference, words):
 
 def test_gradient_match_and_norm_inflation_flip():
     assert gradient_match(2e-7) == "equal (fp32 round-off)" and gradient_match(0.088) == "DIFFERENT"
+    # the bound sits between fp32 round-off in another summation order and the post's miss
+    assert gradient_match(5e-5) == "equal (fp32 round-off)" and gradient_match(2e-3) == "DIFFERENT"
     assert norm_inflation(4.0, 4) == "inflated by the 4 accumulation steps"
     assert norm_inflation(1.0, 4) == "no inflation in this transformers version"
     assert "not by the accumulation steps" in norm_inflation(2.0, 4)
