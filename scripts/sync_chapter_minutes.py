@@ -2,7 +2,8 @@
 
 The CPU column is read from the committed notebooks' execution timestamps (the CPU profile on the machine that
 executed them); the GPU columns are `bertmem.book.chapters.chapter_minutes` for the GPU profile (and the full profile
-on an A100), FLOP-count estimates. Run after re-executing notebooks or changing chapter sizes:
+on an A100), FLOP-count estimates. The CPU column also goes to the package (recorded/cpu-profile-minutes.json), where
+each setup cell reads its chapter's minutes "here". Run after re-executing notebooks or changing chapter sizes:
 
     python scripts/sync_chapter_minutes.py      (tests/test_workload.py fails while book/intro.md disagrees)
 
@@ -115,6 +116,16 @@ def table() -> str:
 CPU_WORK = ROOT / "src" / "bertmem" / "recorded" / "cpu-work.json"
 
 
+CPU_PROFILE = ROOT / "src" / "bertmem" / "recorded" / "cpu-profile-minutes.json"
+
+
+def cpu_profile_record() -> dict:
+    """The introduction's CPU column for the setup cells' "here" line: each notebook's minutes, one decimal."""
+    minutes = {path.stem.split("_")[0]: measured_minutes(path) for path in sorted((ROOT / "book").glob("*.ipynb"))}
+    return {"what": "CPU profile, each notebook executed on a 2-core CPU (its cells' timestamps)",
+            "minutes": {key: round(value, 1) for key, value in minutes.items() if value is not None}}
+
+
 def record_cpu_work(dry_run: Path) -> None:
     """Write each dry-run chapter's wall time (seconds) into the package's recorded/cpu-work.json (others stay)."""
     result = json.loads(dry_run.read_text(encoding="utf-8"))
@@ -139,6 +150,10 @@ def main() -> None:
     head, rest = text.split(START, 1)
     _, tail = rest.split(END, 1)
     INTRO.write_text(f"{head}{START}\n{table()}\n{END}{tail}", encoding="utf-8")
+    recorded = json.dumps(cpu_profile_record(), indent=1) + "\n"
+    if CPU_PROFILE.read_text(encoding="utf-8") != recorded:  # the package's data: a new version
+        CPU_PROFILE.write_text(recorded, encoding="utf-8")
+        print(f"{CPU_PROFILE.name} changed: run python scripts/release.py bump")
     print(f"{INTRO.name}: chapter minutes updated")
 
 

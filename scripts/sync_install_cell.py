@@ -1,4 +1,5 @@
-"""Write the Colab install cell into every notebook: one template, `_config.yml`'s repository, the package's tag.
+"""Write the Colab install cell into every notebook (one template, `_config.yml`'s repository, the package's tag)
+and Colab's request for a T4 runtime into every notebook's metadata.
 
 Usage: python scripts/sync_install_cell.py    (after forking or a version bump; tests/test_install_cell.py fails
 while a notebook's cell differs from the template)
@@ -13,7 +14,8 @@ INSTALL = re.compile(r"bertmem(\[[\w,-]+\])? @ git\+(?P<url>https://[^\"'\s@]+)(
 
 # The cell a Colab reader runs first. It installs a tagged release next to Colab's own torch, transformers and
 # peft (the package's pins accept Colab's versions, so pip adds only what Colab lacks), says what it did and how
-# long it took, turns a failure into one sentence, and asks for a restart only when pip changed an imported module.
+# long it took, turns a failure into one sentence (git's own error line where git failed), and asks for a restart
+# only when pip changed an imported module. Off Colab it installs nothing: without bertmem it stops with the command.
 TEMPLATE = '''# @title Install the helper package (Colab only, about a minute)
 import importlib.metadata
 import importlib.util
@@ -23,7 +25,13 @@ import sys
 import time
 
 PACKAGE = "bertmem @ git+{url}@{ref}"
-if "google.colab" in sys.modules and importlib.util.find_spec("bertmem") is None:
+on_colab = "google.colab" in sys.modules
+if not on_colab and importlib.util.find_spec("bertmem") is None:
+    raise SystemExit(
+        f'bertmem is not installed in this kernel: run pip install "{{PACKAGE}}" in its '
+        "environment (or pip install -e . in a clone of the book), then restart it."
+    )
+if on_colab and importlib.util.find_spec("bertmem") is None:
     print(f"pip install {{PACKAGE}}  (Colab's torch and transformers are kept)")
     start = time.perf_counter()
     command = [sys.executable, "-m", "pip", "install", "--disable-pip-version-check"]
@@ -36,8 +44,13 @@ if "google.colab" in sys.modules and importlib.util.find_spec("bertmem") is None
         print(f"{{tag}} is not tagged yet: installing the default branch instead")
         pip = subprocess.run(command + [package], capture_output=True, text=True)
     if pip.returncode != 0:
-        errors = [x for x in pip.stderr.splitlines() if x.startswith("ERROR")]
-        why = (errors or pip.stderr.strip().splitlines() or ["no message"])[-1]
+        lines = [x.strip() for x in pip.stderr.splitlines() if x.strip()]
+        # git's own line says what went wrong (fatal: ...); pip's last line often only
+        # says that a subprocess failed
+        printed = (pip.stdout + pip.stderr).splitlines()
+        git = [x.strip() for x in printed if x.strip().startswith("fatal:")]
+        errors = [x for x in lines if x.startswith("ERROR")]
+        why = (git or errors or lines or ["no message"])[-1]
         raise SystemExit(
             f"pip could not install bertmem ({{why}}): check the runtime's connection "
             "and the release tag in PACKAGE above, then run this cell again."
@@ -82,6 +95,23 @@ def install_cell() -> str:
     return TEMPLATE.format(url=configured_url(), ref=release_tag()).rstrip("\n")
 
 
+# What Colab writes into a notebook saved on a T4 runtime: opened from GitHub, the notebook asks for that runtime
+# (Colab's free tier offers the T4), so the GPU profile runs without a change of runtime by hand.
+COLAB_METADATA = {"accelerator": "GPU", "colab": {"gpuType": "T4", "provenance": []}}
+
+
+def add_colab_metadata(notebook: dict) -> bool:
+    """Add Colab's T4 runtime request to a notebook's metadata, keeping its other Colab keys; whether it changed."""
+    metadata = notebook.setdefault("metadata", {})
+    colab = {**metadata.get("colab", {}), "gpuType": COLAB_METADATA["colab"]["gpuType"]}
+    colab.setdefault("provenance", [])
+    wanted = {**metadata, "accelerator": COLAB_METADATA["accelerator"], "colab": colab}
+    if metadata == wanted:
+        return False
+    notebook["metadata"] = wanted
+    return True
+
+
 def is_install_cell(source: str) -> bool:
     return "google.colab" in source and "pip" in source
 
@@ -93,11 +123,16 @@ def main() -> None:
         cells = [c for c in notebook["cells"] if c["cell_type"] == "code" and is_install_cell("".join(c["source"]))]
         if len(cells) != 1:
             raise SystemExit(f"{path.name}: expected one install cell, found {len(cells)}")
+        changed = add_colab_metadata(notebook)
         if "".join(cells[0]["source"]) != cell_source:
             cells[0]["source"] = cell_source.splitlines(True)
-            cells[0]["metadata"] = {"cellView": "form", "tags": ["remove-cell"]}
-            path.write_text(json.dumps(notebook, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+            cells[0]["metadata"].update({"cellView": "form", "tags": ["remove-cell"]})  # timings stay
+            changed = True
             print(f"{path.name}: install cell now installs {configured_url()}@{release_tag()}")
+        if changed:
+            # sorted keys, as Jupyter writes them: the next execution changes no order
+            path.write_text(json.dumps(notebook, indent=1, ensure_ascii=False, sort_keys=True) + "\n",
+                            encoding="utf-8")
 
 
 if __name__ == "__main__":

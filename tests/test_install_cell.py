@@ -17,7 +17,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 import release  # noqa: E402
 from release import dependencies_hash  # noqa: E402
-from sync_install_cell import INSTALL, configured_url, install_cell, release_tag  # noqa: E402
+from sync_install_cell import INSTALL, add_colab_metadata, configured_url, install_cell, release_tag  # noqa: E402
 
 
 def install_cells() -> dict[str, dict]:
@@ -221,3 +221,48 @@ def test_the_release_workflow_steps_give_the_tag_and_a_wheel_of_this_version(tmp
                     str(tmp_path), str(ROOT)], check=True, capture_output=True)
     wheels = list(tmp_path.glob("bertmem-*.whl"))
     assert [w.name.split("-")[1] for w in wheels] == [release_tag()[1:]]
+
+
+def test_a_failed_git_clone_shows_gits_own_line_not_pips_last(monkeypatch):
+    """pip's last words after a failed clone only say that a subprocess failed; git's `fatal:` line says why."""
+    failed = subprocess.CompletedProcess([], 1, stdout="  Running command git clone --filter=blob:none\n",
+                                         stderr="  fatal: repository 'https://github.com/x/y/' not found\n"
+                                         "  error: subprocess-exited-with-error\n  × git clone did not run "
+                                         "successfully.\n  │ exit code: 128\nnote: This error originates from a "
+                                         "subprocess, and is likely not a problem with pip.\nERROR: git clone failed\n")
+    with pytest.raises(SystemExit) as stopped:
+        run_cell(monkeypatch, failed)
+    assert "(fatal: repository 'https://github.com/x/y/' not found)" in str(stopped.value)
+    assert "originates from a subprocess" not in str(stopped.value)
+
+
+@pytest.mark.parametrize("installed", [True, False])
+def test_off_colab_the_cell_installs_nothing_and_without_bertmem_says_how(monkeypatch, installed):
+    monkeypatch.delitem(sys.modules, "google.colab", raising=False)
+    real_find_spec = __import__("importlib.util").util.find_spec
+    monkeypatch.setattr("importlib.util.find_spec",
+                        lambda name, *a: (real_find_spec(name) if installed or name != "bertmem" else None))
+    calls = []
+    monkeypatch.setattr(subprocess, "run", lambda command, **kwargs: calls.append(command))
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        if installed:
+            exec(install_cell(), {})
+        else:
+            with pytest.raises(SystemExit, match=rf'run pip install "bertmem @ git\+{configured_url()}@'
+                                                 rf'{release_tag()}" in its environment.*then restart it'):
+                exec(install_cell(), {})
+    assert calls == [] and out.getvalue() == ""
+
+
+def test_every_notebook_asks_colab_for_a_t4_runtime():
+    for path in sorted((ROOT / "book").glob("*.ipynb")):
+        metadata = json.loads(path.read_text(encoding="utf-8"))["metadata"]
+        assert metadata.get("accelerator") == "GPU" and metadata.get("colab", {}).get("gpuType") == "T4", (
+            f"{path.name}: run python scripts/sync_install_cell.py")
+        assert "kernelspec" in metadata  # added to, not replaced
+    notebook = {"metadata": {"kernelspec": {"name": "python3"}, "colab": {"name": "mine.ipynb"}}}
+    assert add_colab_metadata(notebook)
+    assert notebook["metadata"] == {"kernelspec": {"name": "python3"}, "accelerator": "GPU",
+                                    "colab": {"name": "mine.ipynb", "gpuType": "T4", "provenance": []}}
+    assert not add_colab_metadata(notebook)  # once is enough

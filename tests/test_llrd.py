@@ -12,6 +12,7 @@ from transformers import (
 )
 
 from bertmem.loop.optim import EMBEDDINGS, HEAD, layer_assignment, layerwise_param_groups, post_param_groups
+from bertmem.model import tiny_classifier
 from bertmem.model.loading import find_encoder_layers
 
 SMALL = dict(vocab_size=100, hidden_size=16, num_attention_heads=2, intermediate_size=32,
@@ -123,3 +124,35 @@ def test_seed_article_grouping_misses_head_and_embeddings():
 def test_seed_article_trainer_argument_does_not_exist():
     with pytest.raises(TypeError, match="layerwise_learning_rate_decay"):
         TrainingArguments(output_dir="unused", gradient_accumulation_steps=4, layerwise_learning_rate_decay=0.95)
+
+
+def test_train_builds_its_groups_with_the_function_a_chapter_passes(tiny_model, tiny_batches):
+    """Chapter 4 passes the layerwise_param_groups its page shows: train must call that one, not the package's."""
+    from bertmem.loop import Levers, TrainConfig, train
+
+    seen = []
+
+    def scaled_groups(model, base_lr, decay, weight_decay):
+        seen.append((base_lr, decay))
+        groups = layerwise_param_groups(model, base_lr, decay, weight_decay)
+        return [{**group, "lr": 10 * group["lr"]} for group in groups]  # an edited page
+
+    config = TrainConfig(learning_rate=1e-3, layerwise_decay=0.9, epochs=1, warmup_ratio=0.0)
+    package = train(tiny_model, tiny_batches, config)
+    edited = train(tiny_classifier(seed=0), tiny_batches, config, levers=Levers(layerwise_param_groups=scaled_groups))
+    assert seen == [(1e-3, 0.9)]
+    # the logged rate is the head's group: ten times the package's at every step
+    assert [h["lr"] for h in edited.history] == pytest.approx([10 * h["lr"] for h in package.history])
+
+
+@pytest.mark.slow  # estimates bert-base four times under FakeTensorMode
+def test_the_lever_tables_take_the_rank_a_chapter_sets():
+    from bertmem.experiments.levers import FULL, estimated_lever_rows, lever_recipes
+    from bertmem.loop import TrainConfig
+
+    recipes = lever_recipes(TrainConfig(), 12, lora_rank=2)
+    assert recipes["LoRA r=2"].lora_r == 2 and FULL in recipes and "LoRA r=8" not in recipes
+    rows = {r["lever"]: r for r in estimated_lever_rows("bert-base-uncased", seq_len=512, micro_batch=8,
+                                                        lora_rank=2)}
+    eight = {r["lever"]: r for r in estimated_lever_rows("bert-base-uncased", seq_len=512, micro_batch=8)}
+    assert rows["LoRA r=2"]["optimizer state (GiB)"] < eight["LoRA r=8"]["optimizer state (GiB)"]

@@ -1,5 +1,6 @@
 """Chapter sizes and the FLOP-based minutes shown in setup cells and the introduction."""
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ from bertmem.book.chapters import (
     chapter_bench,
     chapter_minutes,
     chapter_settings,
+    cpu_profile_minutes,
     cpu_work_minutes,
     run_seconds,
     setup_line,
@@ -127,15 +129,40 @@ def test_cards_pick_their_sixteen_bit_format_and_reject_missing_peaks():
         Card("x", 8, {"fp32": 1.0}, "none", utilisation=1.5)
 
 
-def test_setup_line_estimates_the_gpu_profile_on_a_cpu_machine():
+def test_setup_line_says_how_long_here_and_on_a_t4():
     line = setup_line("00", get_profile("cpu", env={}))
     expected = chapter_minutes(get_profile("gpu", env={}), BERT_BASE, CARDS["T4"])["00"]
-    assert f"about {expected:.0f} min on a Colab T4" in line and "gpu profile" in line and "estimated" in line
+    t4 = line.splitlines()[-1]
+    assert t4.startswith("on a Colab T4 (gpu profile): ") and f"about {expected:.0f} min, estimated" in t4
+    recorded = cpu_profile_minutes()["00"]
+    assert f"here (cpu profile, on a CPU): {recorded:.1f} min when the book was last executed" in line
     l4 = chapter_minutes(get_profile("gpu", env={}), BERT_BASE, CARDS["L4"])["05"]
-    assert f"about {l4:.0f} min on NVIDIA L4" in setup_line("05", get_profile("gpu", env={}), gpu_name="NVIDIA L4")
+    on_l4 = setup_line("05", get_profile("gpu", env={}), gpu_name="NVIDIA L4").splitlines()
+    assert on_l4[-2].startswith(f"here (gpu profile, NVIDIA L4): about {l4:.0f} min, estimated")
+    assert on_l4[-1].startswith("on a Colab T4 (gpu profile): about")
     assert l4 < chapter_minutes(get_profile("gpu", env={}), BERT_BASE, CARDS["T4"])["05"]
-    other = setup_line("05", get_profile("gpu", env={}), gpu_name="NVIDIA RTX 6000 Ada Generation")
-    assert "Colab T4 (no datasheet entry for NVIDIA RTX 6000 Ada Generation)" in other
+    other = setup_line("05", get_profile("gpu", env={}), gpu_name="NVIDIA RTX 6000 Ada Generation").splitlines()
+    assert "NVIDIA RTX 6000 Ada Generation): no estimate, this GPU has no datasheet entry" in other[-2]
+    on_t4 = setup_line("05", get_profile("gpu", env={}), gpu_name="Tesla T4").splitlines()
+    assert on_t4[-1].startswith("here (gpu profile, Tesla T4): about") and "fresh runtime" in on_t4[-1]
+    assert not any(x.startswith("on a Colab T4") for x in on_t4)  # here is the T4: said once
+    full = setup_line("05", dataclasses.replace(get_profile("full", env={}), device="cpu"))
+    assert "not measured" in full.splitlines()[-2] and full.splitlines()[-1].startswith("on a Colab T4 (full profile)")
+    # the recorded minutes are for the book's own CPU-profile settings: other settings are not measured
+    changed = setup_line("00", get_profile("cpu", env={"BERTMEM_TRAIN_SIZE": "5000"}))
+    assert "settings from the environment, cpu): not measured" in changed
+
+
+def test_the_recorded_cpu_minutes_are_the_notebooks_own():
+    """The setup cells' "here" minutes are the introduction's CPU column: each notebook's last execution."""
+    import sys
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import sync_chapter_minutes
+
+    record = sync_chapter_minutes.cpu_profile_record()
+    assert record["minutes"] == cpu_profile_minutes(), "run python scripts/sync_chapter_minutes.py"
+    assert set(record["minutes"]) == {p.stem.split("_")[0] for p in (ROOT / "book").glob("*.ipynb")}
 
 
 def test_every_epoch_is_evaluated_in_the_estimate():

@@ -7,7 +7,9 @@ measurements, where there are any; else an assumed share of the datasheet peak);
 `evaluate` does. Each chapter also pays for its CPU-side work (imports, estimates, demonstrations, tokenizing: the
 GPU profile's dry run, measured) and for loading bert-base once per fine-tune. Tokens are counted at the full
 `max_length` (every review padded to the limit). The first run on a fresh runtime adds the install and the
-downloads (`FIRST_RUN_MINUTES`). It is an estimate, never a measurement: the pages say so."""
+downloads (`FIRST_RUN_MINUTES`). It is an estimate, never a measurement: the pages say so. Beside it, a setup cell
+on a CPU prints the chapter's minutes under the CPU profile as recorded when the book was last executed
+(recorded/cpu-profile-minutes.json, written by scripts/sync_chapter_minutes.py)."""
 
 from __future__ import annotations
 
@@ -253,24 +255,48 @@ def data_line(chapter: str, profile: Profile) -> str:
     return "data: " + "; ".join(parts)
 
 
-def setup_line(chapter: str, profile: Profile, gpu_name: str | None = None) -> str:
-    """The setup cell's lines: what this chapter reads, and its estimated minutes on this GPU (a T4 without one)."""
-
-    if gpu_name is None and profile.device.startswith("cuda") and device_capability(profile.device) is not None:
-        gpu_name = device_name(torch.device(profile.device))  # CUDA-only calls live in bertmem.core.devices
-    card = card_for(gpu_name)
-    if card is None:  # no GPU, or one without a datasheet entry here: the reference card
-        where = f"a {CARDS['T4'].name}" + (f" (no datasheet entry for {gpu_name})" if gpu_name else "")
-        card = CARDS["T4"]
-    else:
-        where = gpu_name
-    reads = data_line(chapter, profile)
-    if profile.name == "cpu":  # CPU-profile sizes say nothing about a GPU: estimate the GPU profile's defaults
-        profile = get_profile("gpu", env={})
+def estimate_phrase(chapter: str, profile: Profile, card: Card) -> str:
+    """'about 4 min, estimated from …': a chapter's minutes on a card under a profile (setup cells)."""
     minutes = chapter_minutes(profile, parameter_count(profile.model_id), card)[chapter]
     basis = ("a BERT fine-tune's published throughput on it" if card.measured_tflops
              else f"{card.utilisation:.0%} of the datasheet peak")
     length = f"about {minutes:.0f} min" if minutes >= 0.5 else "under a minute"
-    return (f"{reads}\nthis chapter, {profile.name} profile: {length} on {where} (estimated from a "
-            f"FLOP count at {basis}, plus this chapter's CPU-side work and model loads; a fresh runtime adds about "
-            f"{FIRST_RUN_MINUTES:.0f} min once for the install and downloads)")
+    return f"{length}, estimated from a FLOP count at {basis}, plus this chapter's CPU-side work and model loads"
+
+
+def cpu_profile_minutes() -> dict[str, float]:
+    """Each chapter's minutes under the CPU profile on a 2-core CPU, when the book was last executed (setup cells;
+    scripts/sync_chapter_minutes.py records them with the introduction's table)."""
+    from importlib.resources import files
+
+    recorded = files("bertmem").joinpath("recorded", "cpu-profile-minutes.json").read_text(encoding="utf-8")
+    return json.loads(recorded)["minutes"]
+
+
+def here_line(chapter: str, profile: Profile, gpu_name: str | None) -> str:
+    """How long this chapter takes on this machine: recorded for the book's own CPU-profile settings on a CPU,
+    estimated on a GPU with a datasheet entry (setup cells)."""
+    if gpu_name is not None:
+        card = card_for(gpu_name)
+        if card is None:
+            return f"here ({profile.name} profile, {gpu_name}): no estimate, this GPU has no datasheet entry here"
+        return f"here ({profile.name} profile, {gpu_name}): {estimate_phrase(chapter, profile, card)}"
+    recorded = cpu_profile_minutes().get(chapter)
+    if profile.device == "cpu" and profile.name == "cpu" and not profile.overridden and recorded is not None:
+        return f"here (cpu profile, on a CPU): {recorded:.1f} min when the book was last executed on a 2-core CPU"
+    settings = f"{profile.name} profile" + (", settings from the environment" if profile.overridden else "")
+    return (f"here ({settings}, {profile.device}): not measured; the book records minutes for its own "
+            "cpu-profile settings on a CPU only")
+
+
+def setup_line(chapter: str, profile: Profile, gpu_name: str | None = None) -> str:
+    """The setup cell's lines: what this chapter reads, how long it takes here, and on a Colab T4 (estimated)."""
+    if gpu_name is None and profile.device.startswith("cuda") and device_capability(profile.device) is not None:
+        gpu_name = device_name(torch.device(profile.device))  # CUDA-only calls live in bertmem.core.devices
+    reads = data_line(chapter, profile)
+    gpu = profile if profile.name != "cpu" else get_profile("gpu", env={})  # a T4 runs the GPU profile
+    first = f"a fresh runtime adds about {FIRST_RUN_MINUTES:.0f} min once for the install and downloads"
+    t4 = f"on a {CARDS['T4'].name} ({gpu.name} profile): {estimate_phrase(chapter, gpu, CARDS['T4'])}; {first}"
+    if gpu_name is not None and card_for(gpu_name) is CARDS["T4"]:  # here is a T4: one line says it
+        return f"{reads}\n{here_line(chapter, profile, gpu_name)}; {first}"
+    return f"{reads}\n{here_line(chapter, profile, gpu_name)}\n{t4}"

@@ -6,6 +6,7 @@ every token is in at least one window and none is dropped. `model.chunked` reads
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -127,11 +128,13 @@ def long_subset(frame: pd.DataFrame, tokenizer, longer_than: int, size: int, see
 
 
 def window_loader(frame: pd.DataFrame, tokenizer, window: int, stride: int, documents_per_batch: int,
-                  max_tokens: int | None = None, shuffle: bool = False, seed: int = 0) -> DataLoader:
+                  max_tokens: int | None = None, shuffle: bool = False, seed: int = 0,
+                  split: Callable[..., Windows] = split_windows) -> DataLoader:
     """The reviews of `frame` as batches of windows, one label per review (chapter 9, `--window`).
 
     Each batch holds `documents_per_batch` reviews, every window of each (`document` says whose);
-    `max_tokens` reads at most that many tokens of each review (None: all of it).
+    `max_tokens` reads at most that many tokens of each review (None: all of it); `split` cuts them (chapter 9
+    passes the one its page shows).
     """
     if stride < 1 or stride > window - 2:
         raise ValueError(f"stride must be in [1, window - 2 = {window - 2}], got {stride}")
@@ -142,8 +145,7 @@ def window_loader(frame: pd.DataFrame, tokenizer, window: int, stride: int, docu
     items = list(zip(documents, frame["label"].tolist()))
 
     def collate(batch: list[tuple[list[int], int]]) -> dict[str, torch.Tensor]:
-        windows = split_windows([ids for ids, _ in batch], window, stride, tokenizer.cls_token_id,
-                                tokenizer.sep_token_id)
+        windows = split([ids for ids, _ in batch], window, stride, tokenizer.cls_token_id, tokenizer.sep_token_id)
         labels = torch.tensor([label for _, label in batch], dtype=torch.long)
         return {**pad_windows(windows, tokenizer.pad_token_id), "labels": labels}
 

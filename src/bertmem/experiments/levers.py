@@ -32,14 +32,14 @@ from bertmem.model.loading import find_encoder_layers
 FULL = "full fine-tuning (AdamW)"
 
 
-def lever_recipes(recipe: TrainConfig, num_layers: int) -> dict[str, TrainConfig]:
-    """Full fine-tuning and each lever as a replacement of the same recipe (chapter 8)."""
+def lever_recipes(recipe: TrainConfig, num_layers: int, lora_rank: int = LORA_RANK) -> dict[str, TrainConfig]:
+    """Full fine-tuning and each lever as a replacement of the same recipe; LoRA at `lora_rank` (chapter 8)."""
     replace = dataclasses.replace
     return {FULL: recipe,
             "8-bit AdamW": replace(recipe, optimizer="adamw8bit"),
             "Adafactor": replace(recipe, optimizer="adafactor"),
             f"frozen lower {num_layers // 2} of {num_layers} layers": replace(recipe, freeze_layers=num_layers // 2),
-            f"LoRA r={LORA_RANK}": replace(recipe, lora_r=LORA_RANK,
+            f"LoRA r={lora_rank}": replace(recipe, lora_r=lora_rank,
                                            learning_rate=recipe.learning_rate * LORA_LR_FACTOR)}
 
 
@@ -130,8 +130,9 @@ def _lever_rows(runs: dict[str, list[dict[str, Any]]], memory: dict[str, dict[st
 
 
 def estimated_lever_rows(model: str = "bert-base-uncased", seq_len: int = 512, micro_batch: int = 8,
-                         precision: str = "fp16", cards_gb: tuple[int, ...] = (16, 24)) -> list[dict[str, Any]]:
-    """Each lever for a GPU step at `seq_len` tokens, estimated under FakeTensorMode (chapter 8).
+                         precision: str = "fp16", cards_gb: tuple[int, ...] = (16, 24),
+                         lora_rank: int = LORA_RANK) -> list[dict[str, Any]]:
+    """Each lever for a GPU step at `seq_len` tokens (LoRA at `lora_rank`), estimated under FakeTensorMode (ch. 8).
 
     Once activations dominate, the peak grows linearly with the micro-batch (chapter 1), so steps of
     `micro_batch` and twice that many examples give the largest micro-batch each card holds, with the
@@ -148,7 +149,7 @@ def estimated_lever_rows(model: str = "bert-base-uncased", seq_len: int = 512, m
     layers = config.num_hidden_layers
     levers = {FULL: {}, "8-bit AdamW": {"optimizer": "adamw8bit"}, "Adafactor": {"optimizer": "adafactor"},
               f"frozen lower {layers // 2} of {layers} layers": {"freeze_layers": layers // 2},
-              f"LoRA r={LORA_RANK}": {"lora_r": LORA_RANK}}
+              f"LoRA r={lora_rank}": {"lora_r": lora_rank}}
     margin = PlanRequest(model_id=model, max_length=seq_len)
     rows, lines = [], {}
     for lever, kwargs in levers.items():

@@ -29,11 +29,13 @@ from bertmem.model.loading import enable_gradient_checkpointing
 
 
 class Levers(NamedTuple):
-    """The functions that apply chapter 8's levers; a chapter passes its own definitions to run them (ch. 8)."""
+    """The functions a chapter shows and its runs call: chapter 8's levers, chapter 4's groups; a chapter passes
+    its own definitions so that an edit to them changes its results (ch. 4, 8)."""
 
     apply_lora: Callable[..., int] = apply_lora
     freeze_lower_layers: Callable[..., int] = freeze_lower_layers
     make_optimizer: Callable[..., torch.optim.Optimizer] = make_optimizer
+    layerwise_param_groups: Callable[..., list[dict]] = layerwise_param_groups
 
 
 PACKAGE_LEVERS = Levers()  # the package's own: what every run uses unless it is given others
@@ -52,7 +54,7 @@ def make_optimizer_and_scheduler(
     if config.layerwise_decay is None:
         params = [p for p in model.parameters() if p.requires_grad]
     else:
-        params = layerwise_param_groups(
+        params = levers.layerwise_param_groups(
             model, config.learning_rate, config.layerwise_decay, config.weight_decay
         )
     fused = config.optimizer == "adamw" and use_fused_adamw(config, model)
@@ -129,7 +131,7 @@ def train(model: torch.nn.Module, train_loader: DataLoader, config: TrainConfig,
     """Fine-tune with every lever of chapters 2-5 in one loop (chapter 5).
 
     `run`: device, progress, checkpoints; `settings`: what the caller knows (model id,
-    dataset …), kept in checkpoints and compared on resume; `levers`: chapter 8's.
+    dataset …), kept in checkpoints and compared on resume; `levers`: ch. 4 and 8's.
     """
     run = run or RunConfig()
     device, micro_size, per_epoch, total = prepare_run(model, train_loader, config, run, levers)

@@ -97,13 +97,16 @@ def layerwise_param_groups(model: torch.nn.Module, base_lr: float, decay: float 
 
 
 def post_param_groups(model: nn.Module, base_lr: float = 2e-5, decay: float = 0.95) -> list[dict]:
-    """The blog post's grouping, verbatim: only names containing 'layer.{k}.' get a group (chapter 4)."""
+    """The blog post's grouping rule: one group per encoder layer k (0 at the bottom),
+    found by the name substring 'layer.{k}.', at base_lr·decay^(L−k); nothing else
+    gets a group (chapter 4)."""
     num_layers = model.config.num_hidden_layers
-    groups = []
-    for layer_num in range(num_layers):
-        lr = base_lr * (decay ** (num_layers - layer_num))
-        groups.append({"params": [p for n, p in model.named_parameters() if f"layer.{layer_num}." in n], "lr": lr})
-    return groups
+    named = list(model.named_parameters())
+    return [
+        {"params": [p for n, p in named if f"layer.{k}." in n], "lr": base_lr * decay ** (num_layers - k)}
+        for k in range(num_layers)
+    ]
+
 
 OPTIMIZER_NAMES = ("adamw", "adamw8bit", "adafactor")
 

@@ -7,6 +7,7 @@ with the number of windows, linearly, where one long sequence grows with its squ
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -124,10 +125,12 @@ def read_windows(classifier: nn.Module, batches) -> WindowReading:
 
 
 @torch.no_grad()
-def pooled_correct(reading: WindowReading, how: str, scorer: nn.Module | None = None) -> list[int]:
-    """Each document's 0/1 score when its windows' logits are pooled `how` (attention: by `scorer`) (ch. 9)."""
+def pooled_correct(reading: WindowReading, how: str, scorer: nn.Module | None = None,
+                   pool: Callable[..., torch.Tensor] = pool_windows) -> list[int]:
+    """Each document's 0/1 score when `pool` pools its windows' logits `how` (attention: by `scorer`); chapter 9
+    passes the `pool_windows` its page shows (ch. 9)."""
     scores = None if scorer is None else scorer(reading.vectors).squeeze(1)
-    pooled = pool_windows(reading.logits, reading.document, len(reading.labels), how, scores)
+    pooled = pool(reading.logits, reading.document, len(reading.labels), how, scores)
     return (pooled.argmax(-1) == reading.labels).int().tolist()
 
 
