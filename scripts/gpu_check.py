@@ -71,9 +71,9 @@ def run_notebook(path: Path, env: dict[str, str], timeout: int = 1800) -> dict:
 def cpu_bf16_env(kind: str) -> dict[str, str]:
     """$BERTMEM_CPU_BF16 for a dry run: 'native' leaves this CPU's answer, 'other' forces the other kind's, 'on' and
     'off' force one."""
-    from bertmem.core.devices import CPU_BF16_ENV, native_cpu_bf16
+    from bertmem.core.devices import CPU_BF16_ENV, other_cpu_bf16
 
-    forced = {"on": "1", "off": "0", "other": "0" if native_cpu_bf16() else "1"}
+    forced = {"on": "1", "off": "0", "other": other_cpu_bf16()}
     return {CPU_BF16_ENV: forced[kind]} if kind in forced else {}
 
 
@@ -122,9 +122,10 @@ def main(argv: list[str] | None = None) -> int:
     from bertmem.profiles import get_profile
 
     if args.dry_run:
+        from bertmem.core.devices import CPU_BF16_ENV
+
+        os.environ.pop(CPU_BF16_ENV, None)  # never one inherited from the caller: native is this CPU's own answer
         env = {**DRY_RUN_ENV, **cpu_bf16_env(args.cpu_bf16)}
-        if args.cpu_bf16 == "native":  # this CPU's own answer, not one inherited from the caller's environment
-            os.environ.pop("BERTMEM_CPU_BF16", None)
         if args.classes:
             from bertmem.book.tickets import write_text_label_tickets
 

@@ -17,8 +17,12 @@ from notebook_cells import cell_with, code_cells, definitions_only, edited, run_
 pytestmark = pytest.mark.slow  # real MiniLM runs, seconds each
 
 
-def tiny_settings(path):
+@pytest.fixture
+def tiny_settings(tmp_path, synthetic_frame):
     """chapter_settings with the chapter's recipe on 16 rows of a small file, one seed."""
+    path = tmp_path / "reviews.csv"
+    synthetic_frame.to_csv(path, index=False)
+
     def settings(chapter, profile):
         data, recipe, _ = chapter_settings(chapter, profile)
         data = dataclasses.replace(data, dataset=str(path), train_size=16, eval_size=8, max_length=16,
@@ -27,18 +31,21 @@ def tiny_settings(path):
     return settings
 
 
-def test_chapter_4_sweep_runs_the_pages_groups(tmp_path, synthetic_frame):
-    path = tmp_path / "reviews.csv"
-    synthetic_frame.to_csv(path, index=False)
-    cells = code_cells("04_layerwise_lr_decay.ipynb")
-    setup = cell_with(cells, 'print(setup_line("04", profile))')
+def chapter_cells(notebook: str) -> tuple[list[str], str]:
+    """A chapter's code cells and its setup cell (imports, profile, setup line)."""
+    cells = code_cells(notebook)
+    return cells, cell_with(cells, f'print(setup_line("{notebook[:2]}", profile))')
+
+
+def test_chapter_4_sweep_runs_the_pages_groups(tiny_settings):
+    cells, setup = chapter_cells("04_layerwise_lr_decay.ipynb")
     groups = cell_with(cells, "def layerwise_param_groups(")
     sweep = cell_with(cells, "for alpha in (1.0, 0.95, 0.9):\n    for seed in seeds:")
 
     def table(definitions: str) -> list[tuple]:
         namespace = run_cells([setup, definitions], {})
         profile = dataclasses.replace(get_profile("cpu", env={}), epochs=1)
-        namespace.update(profile=profile, chapter_settings=tiny_settings(path),
+        namespace.update(profile=profile, chapter_settings=tiny_settings,
                          tokenizer=load_tokenizer(profile.model_id))
         runs = run_cells([sweep], namespace)["runs"]
         return [(r["alpha"], r["seed"], round(r["eval_loss"], 6)) for r in runs]
@@ -54,8 +61,7 @@ def test_chapter_9_reads_and_pools_with_the_pages_windows():
     from bertmem.data import load_text_classification, long_subset
     from bertmem.model import load_classifier
 
-    cells = code_cells("09_beyond_512.ipynb")
-    setup = cell_with(cells, 'print(setup_line("09", profile))')
+    cells, setup = chapter_cells("09_beyond_512.ipynb")
     split = cell_with(cells, "def split_windows(")
     pool = cell_with(cells, "def pool_windows(")
     helpers = [cell_with(cells, "def fit_scorer("), cell_with(cells, "def read_windows("),
@@ -85,11 +91,8 @@ def test_chapter_9_reads_and_pools_with_the_pages_windows():
     assert flipped == [[1 - c for c in mean[0]]]
 
 
-def test_chapter_8_runs_lora_with_the_pages_rank_and_targets(tmp_path, synthetic_frame):
-    path = tmp_path / "reviews.csv"
-    synthetic_frame.to_csv(path, index=False)
-    cells = code_cells("08_below_the_floor.ipynb")
-    setup = cell_with(cells, 'print(setup_line("08", profile))')
+def test_chapter_8_runs_lora_with_the_pages_rank_and_targets(tiny_settings):
+    cells, setup = chapter_cells("08_below_the_floor.ipynb")
     lora = cell_with(cells, "def apply_lora(")
     others = cell_with(cells, "levers = Levers(apply_lora, freeze_lower_layers, make_optimizer)")
     sweep = cell_with(cells, "rows = run_levers(profile.run_config(), data, recipes, seeds, levers=levers)")
@@ -97,7 +100,7 @@ def test_chapter_8_runs_lora_with_the_pages_rank_and_targets(tmp_path, synthetic
     def lora_row(lora_cell: str) -> tuple[str, float]:
         namespace = run_cells([setup, lora_cell, others], {})
         every = namespace["lever_recipes"]
-        data, recipe, seeds = tiny_settings(path)("08", namespace["profile"])
+        data, recipe, seeds = tiny_settings("08", namespace["profile"])
         namespace.update(data=data, recipe=dataclasses.replace(recipe, epochs=1), seeds=seeds,
                          # full fine-tuning and LoRA only: the two rows these edits are about
                          lever_recipes=lambda *args: {k: v for k, v in every(*args).items()

@@ -337,6 +337,16 @@ def test_counting_an_epochs_padding_leaves_the_training_order_alone():
     shuffled = epoch_padded_tokens(lengths, 4, group_by_length=False, seed=0)
     assert sum(lengths) <= grouped <= shuffled <= 4 * 20 * 2
     assert epoch_padded_tokens(lengths, 4, pad_to=32) == 8 * 32
+    # the count follows the order the training loader draws, for both batchings
+    from bertmem.data.frames import EncodedDataset, make_loader
+    from bertmem.model import load_tokenizer
+
+    tokenizer = load_tokenizer("sentence-transformers/all-MiniLM-L6-v2")
+    dataset = EncodedDataset({"input_ids": [[101] + [1000] * (n - 2) + [102] for n in lengths],
+                              "attention_mask": [[1] * n for n in lengths]}, [0] * len(lengths))
+    for by_length, counted in ((True, grouped), (False, shuffled)):
+        loader = make_loader(dataset, tokenizer, 4, shuffle=True, seed=0, group_by_length=by_length)
+        assert sum(batch["input_ids"].numel() for batch in loader) == counted
 
 
 @pytest.mark.slow

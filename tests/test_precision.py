@@ -226,3 +226,13 @@ def test_pure_half_is_fp16_on_a_t4_and_bf16_where_the_hardware_has_it():
     assert half_dtype("cuda", (8, 0)) == torch.bfloat16
     assert half_dtype("cpu") == torch.bfloat16
     assert {p.dtype for p in pure_half(tiny()).parameters()} == {torch.bfloat16}  # a CPU model
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_the_other_kind_is_the_opposite_of_this_cpu(monkeypatch, native):
+    """CI's second unit stage and the GPU-profile dry run force the other kind: the value flips this CPU's answer."""
+    from bertmem.core import devices
+
+    monkeypatch.setattr(devices, "native_cpu_bf16", lambda: native)
+    monkeypatch.setenv(devices.CPU_BF16_ENV, devices.other_cpu_bf16())
+    assert devices.cpu_supports_bf16() is (not native)

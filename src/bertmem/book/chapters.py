@@ -20,7 +20,7 @@ from typing import NamedTuple
 
 import torch
 
-from bertmem.core.devices import device_capability, device_name
+from bertmem.core.devices import device_capability, device_name, on_cuda
 from bertmem.data.loaders import DataConfig
 from bertmem.experiments.bench import BenchConfig
 from bertmem.loop.config import TrainConfig
@@ -291,12 +291,12 @@ def here_line(chapter: str, profile: Profile, gpu_name: str | None) -> str:
 
 def setup_line(chapter: str, profile: Profile, gpu_name: str | None = None) -> str:
     """The setup cell's lines: what this chapter reads, how long it takes here, and on a Colab T4 (estimated)."""
-    if gpu_name is None and profile.device.startswith("cuda") and device_capability(profile.device) is not None:
+    if gpu_name is None and on_cuda(profile.device) and device_capability(profile.device) is not None:
         gpu_name = device_name(torch.device(profile.device))  # CUDA-only calls live in bertmem.core.devices
     reads = data_line(chapter, profile)
-    gpu = profile if profile.name != "cpu" else get_profile("gpu", env={})  # a T4 runs the GPU profile
     first = f"a fresh runtime adds about {FIRST_RUN_MINUTES:.0f} min once for the install and downloads"
-    t4 = f"on a {CARDS['T4'].name} ({gpu.name} profile): {estimate_phrase(chapter, gpu, CARDS['T4'])}; {first}"
     if gpu_name is not None and card_for(gpu_name) is CARDS["T4"]:  # here is a T4: one line says it
         return f"{reads}\n{here_line(chapter, profile, gpu_name)}; {first}"
+    gpu = profile if profile.name != "cpu" else get_profile("gpu", env={})  # a T4 runs the GPU profile
+    t4 = f"on a {CARDS['T4'].name} ({gpu.name} profile): {estimate_phrase(chapter, gpu, CARDS['T4'])}; {first}"
     return f"{reads}\n{here_line(chapter, profile, gpu_name)}\n{t4}"

@@ -44,6 +44,12 @@ def native_cpu_bf16() -> bool:
         return False
 
 
+def other_cpu_bf16() -> str:
+    """The $BERTMEM_CPU_BF16 value that makes this CPU answer as the other kind would: '0' where bf16 is native,
+    '1' where it is not (CI's second unit stage, the GPU-profile dry run)."""
+    return "0" if native_cpu_bf16() else "1"
+
+
 def cpu_supports_bf16() -> bool:
     """Whether the book treats this CPU as running bf16 natively: $BERTMEM_CPU_BF16 when set, else oneDNN's
     answer (chapter 3). Without native kernels PyTorch still runs bf16, emulated (chapter 3 times it)."""

@@ -74,12 +74,17 @@ def check_labels_present(labels: pd.Series) -> None:
                          "them")
 
 
+def no_text_rows(raw: pd.DataFrame, text_columns: Sequence[str]) -> pd.Series:
+    """Rows with no text in any of `text_columns`; non-text values are refused (chapter A1, `bertmem predict`)."""
+    for column in text_columns:
+        check_text_values(raw[column])
+    return pd.concat([no_text(raw[c]) for c in text_columns], axis=1).all(axis=1)
+
+
 def unusable_masks(raw: pd.DataFrame, text_columns: Sequence[str],
                    label_column: str) -> tuple[pd.Series, pd.Series]:
     """(no text in any of `text_columns`, no label) row masks; non-text values are refused (chapter A1)."""
-    for column in text_columns:
-        check_text_values(raw[column])
-    empty = pd.concat([no_text(raw[c]) for c in text_columns], axis=1).all(axis=1)
+    empty = no_text_rows(raw, text_columns)
     return empty, no_label(raw[label_column]) & ~empty
 
 

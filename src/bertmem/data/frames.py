@@ -435,7 +435,7 @@ def token_length_stats(texts: Sequence[str], tokenizer, max_length: int = 512) -
     """Token counts (with special tokens, no truncation) and the share longer than max_length (chapter 0)."""
     if len(texts) == 0:
         raise ValueError("no texts given")
-    lengths = np.array([len(ids) for ids in tokenizer(list(texts), truncation=False, verbose=False)["input_ids"]])
+    lengths = token_lengths(pd.DataFrame({"text": list(texts)}), tokenizer)
     return {
         "count": int(lengths.size),
         "mean": float(lengths.mean()),
@@ -467,9 +467,10 @@ def epoch_padded_tokens(lengths: Sequence[int], micro_batch: int, group_by_lengt
         return len(lengths) * pad_to
     if group_by_length:
         batches = LengthGroupedBatchSampler(lengths, micro_batch, shuffle=True, seed=seed).batches()
-    else:
-        order = np.random.default_rng(seed).permutation(len(lengths))
-        batches = [order[i:i + micro_batch] for i in range(0, len(order), micro_batch)]
+    else:  # make_loader's shuffle, drawn by the same DataLoader machinery over the indices alone
+        generator = torch.Generator().manual_seed(seed)
+        batches = [batch.tolist() for batch in DataLoader(range(len(lengths)), micro_batch, shuffle=True,
+                                                          generator=generator)]
     return int(sum(len(batch) * max(lengths[i] for i in batch) for batch in batches))
 
 

@@ -170,9 +170,8 @@ def accumulation_for(effective: int, micro: int) -> int:
     if effective % micro == 0:
         return effective // micro
     if micro > effective:
-        divisor = max(d for d in range(1, effective + 1) if effective % d == 0)
         raise ValueError(f"the micro-batch {micro} is larger than --effective-batch {effective}: use a micro-batch "
-                         f"that divides it (--micro-batch {divisor}), or a larger --effective-batch")
+                         f"that divides it (--micro-batch {effective}), or a larger --effective-batch")
     lower, upper = micro * (effective // micro), micro * math.ceil(effective / micro)
     raise ValueError(f"--effective-batch {effective} is not a multiple of the micro-batch {micro}: use "
                      f"{lower} or {upper}, or another --micro-batch")

@@ -20,7 +20,7 @@ import torch
 from bertmem.core.devices import cuda_available, require_device
 from bertmem.core.flags import RefusesRenamed
 from bertmem.core.runtime import progress as progress_bar
-from bertmem.data.checks import unusable_masks
+from bertmem.data.checks import no_text_rows
 from bertmem.data.files import read_table
 from bertmem.data.frames import TRUNCATIONS, text_columns, text_frame, tokenize_frame
 from bertmem.data.windows import check_window, default_stride, window_loader
@@ -152,7 +152,7 @@ def predict_file(config: PredictConfig) -> dict[str, Any]:
     reading = reading_for(config, folder)
     raw = read_table(Path(config.dataset).expanduser())
     columns = text_columns(raw, reading.text_column, reading.second_text_column)
-    empty = unusable_masks(raw.assign(_label="x"), columns, "_label")[0].to_numpy()  # no text in any column
+    empty = no_text_rows(raw, columns).to_numpy()
     keep = list(config.id_columns) if config.id_columns else [c for c in raw.columns if c not in columns]
     missing = [c for c in keep if c not in raw.columns]
     if missing:

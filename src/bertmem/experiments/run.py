@@ -193,7 +193,7 @@ def run_backend(run: RunConfig, model, train_loader, config: TrainConfig, eval_l
 
 
 # what a run leaves in its folder
-RUN_FILES = ("metrics.json", "config.json", "loss.png", "confusion.png", "plan.json", CHECKPOINT_NAME)
+RUN_FILES = ("metrics.json", "config.json", "loss.png", "confusion.png", PLAN_FILE, CHECKPOINT_NAME)
 
 
 def previous_run_files(folder: Path) -> list[Path]:
