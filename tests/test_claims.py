@@ -15,7 +15,7 @@ from pathlib import Path
 BOOK = Path(__file__).resolve().parents[1] / "book"
 MEASURED = re.compile(r"(?<![\w.])[+−-]?(\d+\.\d+)\s?(?:×|x\b| points?\b| ?%)")
 SOURCED = re.compile(r"\]\(https?://|\{cite|et al\.")
-LINKED_CHAPTER = re.compile(r"\]\(((?:\d\d|A\d)_\w+\.ipynb)")
+LINKED_CHAPTER = re.compile(r"\]\(((?:\d\d[a-z]?|A\d)_\w+\.ipynb)")
 
 
 def outputs(notebook: dict) -> str:
@@ -91,15 +91,16 @@ def test_the_causal_claims_list_names_a_cell_or_source_for_each_claim():
         cells = [c.strip() for c in row.strip("|").split("|")]
         assert len(cells) == 3 and all(cells), row
         support = cells[2]
-        assert re.search(r"(?:\d\d|A\d)_\w+\.ipynb|https?://|hypothesis", support), row
-        for notebook in re.findall(r"((?:\d\d|A\d)_\w+\.ipynb)", support):
+        assert re.search(r"(?:\d\d[a-z]?|A\d)_\w+\.ipynb|https?://|hypothesis", support), row
+        for notebook in re.findall(r"((?:\d\d[a-z]?|A\d)_\w+\.ipynb)", support):
             assert (BOOK / notebook).exists(), row
 
 
 def cited_cells(text: str) -> list[tuple[str, int]]:
     """Every (notebook, cell index) a claim's support names: "05_x.ipynb cell 13 … and cell 21"."""
     found = []
-    for notebook, rest in re.findall(r"((?:\d\d|A\d)_\w+\.ipynb)((?:[^|]*?)(?=(?:\d\d|A\d)_\w+\.ipynb|\||$))", text):
+    page = r"(?:\d\d[a-z]?|A\d)_\w+\.ipynb"
+    for notebook, rest in re.findall(rf"({page})((?:[^|]*?)(?={page}|\||$))", text):
         found += [(notebook, int(k)) for k in re.findall(r"\bcells? (\d+)", rest)]
     return found
 

@@ -7,8 +7,9 @@ import dataclasses
 
 import pytest
 
-from bertmem.book import chapter_settings
+from bertmem.book import ChapterSettings, chapter_settings
 from bertmem.core import seed_everything
+from bertmem.data import load_text_classification
 from bertmem.experiments import FULL
 from bertmem.model import load_tokenizer
 from bertmem.profiles import get_profile
@@ -27,14 +28,14 @@ def tiny_settings(tmp_path, synthetic_frame):
         data, recipe, _ = chapter_settings(chapter, profile)
         data = dataclasses.replace(data, dataset=str(path), train_size=16, eval_size=8, max_length=16,
                                    micro_batch=8)
-        return data, recipe, (0,)
+        return ChapterSettings(data, recipe, (0,))
     return settings
 
 
 def chapter_cells(notebook: str) -> tuple[list[str], str]:
     """A chapter's code cells and its setup cell (imports, profile, setup line)."""
     cells = code_cells(notebook)
-    return cells, cell_with(cells, f'print(setup_line("{notebook[:2]}", profile))')
+    return cells, cell_with(cells, f'print(setup_line("{notebook.split("_")[0]}", profile))')
 
 
 def test_chapter_4_sweep_runs_the_pages_groups(tiny_settings):
@@ -58,7 +59,7 @@ def test_chapter_4_sweep_runs_the_pages_groups(tiny_settings):
 
 
 def test_chapter_9_reads_and_pools_with_the_pages_windows():
-    from bertmem.data import load_text_classification, long_subset
+    from bertmem.data import long_subset
     from bertmem.model import load_classifier
 
     cells, setup = chapter_cells("09_beyond_512.ipynb")
@@ -115,3 +116,244 @@ def test_chapter_8_runs_lora_with_the_pages_rank_and_targets(tiny_settings):
                                 'target_modules or ["query", "key", "value"]'))
     assert page[0] == "LoRA r=8" and rank_2[0] == "LoRA r=2"
     assert rank_2[1] < page[1] < all_three[1]  # fewer adapter weights; adapters on the keys too
+
+
+def test_chapter_3_fine_tunes_with_the_pages_step(tiny_settings, bf16_cpu):
+    cells, setup = chapter_cells("03_mixed_precision.ipynb")
+    step = cell_with(cells, "def mixed_precision_step(")
+    runs_cell = cell_with(cells, "runs[p] = train_with_step(")
+
+    def table(step_cell: str) -> dict[str, tuple]:
+        namespace = run_cells([setup, step_cell], {})
+        profile = namespace["profile"]
+        namespace.update(chapter_settings=tiny_settings, tokenizer=load_tokenizer(profile.model_id), low="bf16",
+                         display=lambda *args, **kwargs: None)
+        runs = run_cells([runs_cell], namespace)["runs"]
+        return {p: round(r.final_metrics["eval_loss"], 6) for p, r in runs.items()}
+
+    page = table(step)
+    # a reader's edit: the step computes gradients but never applies them
+    frozen = table(edited(step, "    scaler.step(optimizer)  #", "    pass  # scaler.step(optimizer)  #"))
+    assert set(page) == set(frozen) == {"fp32", "bf16"}
+    assert all(page[p] != frozen[p] for p in page), (page, frozen)
+
+
+def test_chapter_5_memory_column_follows_the_pages_optimizer(tiny_settings):
+    cells, setup = chapter_cells("05_optimized_loop.ipynb")
+    optimizer = cell_with(cells, "def make_optimizer_and_scheduler(")
+    loop = cell_with(cells, "def train(")
+    bench = cell_with(cells, "results = run_bench(bench, loop=train)")
+
+    def column(optimizer_cell: str) -> dict[str, float]:
+        namespace = run_cells([setup, optimizer_cell, loop], {})
+        namespace.update(chapter_settings=tiny_settings, display=lambda *args, **kwargs: None)
+        table = run_cells([bench], namespace)["table"]
+        return table["weights+grads+optimizer (MiB)"].to_dict()
+
+    page = column(optimizer)
+    # a reader's edit: plain SGD, which keeps no state, in place of AdamW's two moments per weight
+    adamw = ("optimizer = levers.make_optimizer(\n        params, config.optimizer, config.learning_rate, "
+             "config.weight_decay, fused=fused\n    )")
+    sgd = column(edited(optimizer, adamw, "optimizer = torch.optim.SGD(params, lr=config.learning_rate)"))
+    assert set(page) == set(sgd) and len(page) == 6
+    assert all(sgd[v] < page[v] for v in page), (page, sgd)
+
+
+def quiet(namespace: dict) -> dict:
+    """A namespace where `display` and `plt.show` draw nothing (a test has no page)."""
+    return {**namespace, "display": lambda *args, **kwargs: None}
+
+
+def test_chapter_0_fine_tunes_with_the_pages_loop(tiny_settings):
+    cells, setup = chapter_cells("00_baseline.ipynb")
+    loop = cell_with(cells, "def train_baseline(")
+    data_cell = cell_with(cells, 'data = dataclasses.replace(chapter_settings("00", profile).data')
+    model_cell = cell_with(cells, "before = evaluate(model, eval_loader)")
+    run_cell = cell_with(cells, "result = train_baseline(")
+
+    def losses(loop_cell: str) -> list[float]:
+        namespace = run_cells([setup], {})
+        namespace.update(chapter_settings=tiny_settings)
+        namespace["profile"] = dataclasses.replace(namespace["profile"], epochs=1)
+        namespace = run_cells([loop_cell, data_cell, model_cell, run_cell], quiet(namespace))
+        result = namespace["result"]
+        return [round(x, 6) for x in result.losses] + [round(result.final_metrics["eval_loss"], 6)]
+
+    page = losses(loop)
+    # a reader's edit: ten times the learning rate
+    faster = losses(edited(loop, "AdamW(params, learning_rate,", "AdamW(params, 10 * learning_rate,"))
+    assert len(page) == len(faster) and page[-1] != faster[-1], (page, faster)
+
+
+def test_chapter_1_counts_with_the_pages_hook():
+    cells, setup = chapter_cells("01_pain_points.ipynb")
+    hook = cell_with(cells, "def saved_activation_bytes(")
+    measured = cell_with(cells, "shown = saved_activation_bytes(model, batch)")
+
+    def shown(hook_cell: str) -> int:
+        namespace = run_cells([setup], {})
+        namespace["profile"] = dataclasses.replace(namespace["profile"], micro_batch=2, max_length=32)
+        return run_cells([hook_cell, measured], quiet(namespace))["shown"]
+
+    page = shown(hook)
+    # a reader's edit: count the weights as well
+    with_weights = shown(edited(hook, "            if address not in weights:", "            if True:"))
+    assert with_weights > page > 0
+
+
+def test_chapter_2_checks_the_pages_loss_weights():
+    cells, setup = chapter_cells("02_gradient_accumulation.ipynb")
+    accumulation = cell_with(cells, "def loss_weights(")
+    gradient = cell_with(cells, "def accumulated_gradient(")
+    check = cell_with(cells, 'for label, sizes, naive in (')
+    page = run_cells([setup, accumulation, gradient, check], {})
+    assert page["verdict"] == "DIFFERENT"  # the last case, the post's rule
+    # a reader's edit: every micro-batch weighs the same, as in the post; the check names the case that now fails
+    equal = edited(accumulation, "return [c / total for c in counts]", "return [1 / len(counts) for c in counts]")
+    with pytest.raises(AssertionError, match=r"6 \+ 5 \+ 5, weighted: relative"):
+        run_cells([setup, equal, gradient, check], {})
+
+
+def test_chapter_6_diagnoses_with_the_pages_functions():
+    cells, setup = chapter_cells("06_pitfalls.ipynb")
+    diagnose = cell_with(cells, "def diagnose_scale_trace(")
+    run = cell_with(cells, "def scaled_run(")
+    demo = cell_with(cells, 'healthy, _ = scaled_run("fp16", ffn_scale=1.0, **run)')
+
+    def traces(diagnose_cell: str, run_cell: str) -> tuple:
+        namespace = run_cells([setup, diagnose_cell, run_cell, demo], {})
+        return (tuple(namespace["healthy"]), tuple(namespace["broken"]),
+                namespace["diagnose_scale_trace"](namespace["broken"], 2.0**16))
+
+    healthy, broken, verdict = traces(diagnose, run)
+    assert "forward* pass overflows" in verdict
+    # reader's edits: a scaler that never grows its scale; a diagnosis with a looser idea of "frequent"
+    never_grows = edited(run, "growth_interval=growth_interval,", "growth_interval=10**6,")
+    assert traces(diagnose, never_grows)[0] != healthy
+    lenient = edited(diagnose, "if all(now < before for now, before in recent):", "if False:")
+    assert traces(lenient, run)[2] != verdict
+
+
+def test_chapter_7_plots_the_pages_accounting():
+    cells, setup = chapter_cells("07_scaling_out.ipynb")
+    accounting = cell_with(cells, "def per_device_bytes(")
+    sizes = cell_with(cells, 'for name in ("bert-base-uncased", "bert-large-uncased"):')
+    table = cell_with(cells, '"one GPU, AdamW (GiB)": plain["total"] / GIB,')
+
+    def rows(accounting_cell: str) -> list[dict]:
+        return run_cells([setup, accounting_cell, sizes, table], quiet({}))["rows"]
+
+    page = rows(accounting)
+    # a reader's edit: activations counted twice (say, for a second copy kept by the backward)
+    doubled = rows(edited(accounting, '"activations": float(activation_bytes)', '"activations": 2.0 * activation_bytes'
+                          ))
+    assert [r["model"] for r in page] == [r["model"] for r in doubled]
+    assert all(b["one GPU, AdamW (GiB)"] > a["one GPU, AdamW (GiB)"] for a, b in zip(page, doubled))
+
+
+def test_chapter_4_groups_follow_the_pages_layer_assignment(tiny_settings):
+    cells, setup = chapter_cells("04_layerwise_lr_decay.ipynb")
+    groups = cell_with(cells, "def layerwise_param_groups(")
+    sweep = cell_with(cells, "for alpha in (1.0, 0.95, 0.9):\n    for seed in seeds:")
+
+    def losses(definitions: str) -> dict[float, float]:
+        namespace = run_cells([setup, definitions], {})
+        profile = dataclasses.replace(get_profile("cpu", env={}), epochs=1)
+        namespace.update(profile=profile, chapter_settings=tiny_settings, tokenizer=load_tokenizer(profile.model_id))
+        return {r["alpha"]: round(r["eval_loss"], 6) for r in run_cells([sweep], namespace)["runs"]}
+
+    page = losses(groups)
+    # a reader's edit: every encoder layer counted as the top one, so decay reaches only the embeddings
+    top = 'assignment[name] = f"layer.{len(layers)}"'
+    flat = losses(edited(groups, 'assignment[name] = f"layer.{index + 1}"', top))
+    assert page[1.0] == flat[1.0]  # α = 1: one rate for all, whatever the grouping
+    assert page[0.95] != flat[0.95] and page[0.9] != flat[0.9], (page, flat)
+
+
+def test_chapter_9_memory_table_reads_with_the_pages_chunked_classifier():
+    from bertmem.data import long_subset
+
+    cells, setup = chapter_cells("09_beyond_512.ipynb")
+    windows = [cell_with(cells, "def split_windows("), cell_with(cells, "def pool_windows(")]
+    chunked = cell_with(cells, "class ChunkedClassifier(")
+    # the chapter's 1,024-token review, shortened to 256 so the test stays quick
+    memory = edited(cell_with(cells, 'readings = {\n    "one sequence, eager"'), "n = 1024\n", "n = 256\n")
+    base = run_cells([setup], {})
+    tokenizer, window = base["tokenizer"], base["window"]
+    long_test = long_subset(load_text_classification(base["data"].dataset, "test", size=400, seed=1), tokenizer,
+                            window, 8)
+
+    def table(chunked_cell: str) -> dict[str, float]:
+        namespace = run_cells([*windows, chunked_cell], quiet(base))
+        namespace.update(long_test=long_test, cls_id=tokenizer.cls_token_id, sep_id=tokenizer.sep_token_id)
+        return {r["reading"]: r["saved activations (MiB)"] for r in run_cells([memory], namespace)["measured"]}
+
+    page = table(chunked)
+    # a reader's edit: each window read only up to its middle
+    halves = table(edited(chunked, "input_ids=input_ids,\n            attention_mask=attention_mask,",
+                          "input_ids=input_ids[:, :32],\n            attention_mask=attention_mask[:, :32],"))
+    pooled = next(name for name in page if "pooled" in name)
+    assert halves[pooled] < page[pooled]
+    assert all(halves[name] == page[name] for name in page if name != pooled)
+
+
+def test_appendix_1_reads_the_file_with_the_pages_prepare_frame(tmp_path, monkeypatch):
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the page's run folders, saved model included
+    cells, setup = chapter_cells("A1_your_own_data.ipynb")
+    demo_file = cell_with(cells, "raw = read_table(csv_path)")
+    prepare = cell_with(cells, "def prepare_frame(")
+    reading = cell_with(cells, "lengths = token_lengths(frame, tokenizer)")
+    fine_tune = cell_with(cells, "summary = run_experiment(run, data, recipe, prepare=prepare_frame, fit=fit)")
+    # a shrunken profile, as BERTMEM_TRAIN_SIZE and BERTMEM_EVAL_SIZE make one
+    small = get_profile("cpu", env={"BERTMEM_TRAIN_SIZE": "32", "BERTMEM_EVAL_SIZE": "16"})
+
+    def result(prepare_cell: str) -> tuple:
+        namespace = run_cells([setup, demo_file, prepare_cell, reading], quiet({}))
+        namespace.update(profile=small, max_length=32)
+        summary = run_cells([fine_tune], namespace)["summary"]
+        return int(namespace["lengths"].sum()), round(summary["final"]["eval_loss"], 6)
+
+    page = result(prepare)
+    # a reader's edit: the body only, the subject left out
+    body_only = result(edited(prepare, "for c in columns]", "for c in columns[:1]]"))
+    assert body_only[0] < page[0]  # fewer tokens per example
+    assert body_only[1] != page[1], (page, body_only)  # another fine-tune
+
+
+def test_chapter_5b_backs_off_with_the_pages_function():
+    cells, setup = chapter_cells("05b_runs_that_last.ipynb")
+    examples = cell_with(cells, "examples = [")
+    backoff = cell_with(cells, "def backward_with_backoff(")
+    demo = cell_with(cells, "loss, splits = backward_with_backoff(")
+
+    def result(backoff_cell: str) -> tuple[int, float]:
+        first_paragraph = examples.split("\n\n")[0]  # the examples, before the resume demonstration
+        namespace = run_cells([setup, first_paragraph, backoff_cell, demo], quiet({}))
+        return namespace["splits"], namespace["oom_gap"]
+
+    splits, gap = result(backoff)
+    assert splits == 4 and gap < 1e-6  # four pieces of 4: the gradient of 4 × 4 accumulation
+    # a reader's edit, the usual advice: on out-of-memory keep only the first piece of each micro-batch
+    smaller = edited(backoff, "pieces = [p for micro in window for p in split_evenly(micro, splits)]",
+                     "pieces = [split_evenly(micro, splits)[0] for micro in window]")
+    splits, gap = result(smaller)
+    assert splits == 4 and gap > 1e-4  # a batch of 4: another gradient
+
+
+def test_chapter_2_steps_with_the_pages_adamw_probe():
+    cells, setup = chapter_cells("02_gradient_accumulation.ipynb")
+    accumulation = cell_with(cells, "def loss_weights(")
+    probe = cell_with(cells, "def adamw_step_change(")
+    steps = cell_with(cells, "big = adamw_step_change([32], 1e-3)")
+
+    def step_sizes(probe_cell: str) -> tuple[float, float]:
+        namespace = run_cells([setup, accumulation, probe_cell, steps], {})
+        return round(float(namespace["big"].norm()), 6), round(float(namespace["times4"].norm()), 6)
+
+    page = step_sizes(probe)
+    # a reader's edit: plain SGD, whose step follows the gradient's size instead of AdamW's normalised one
+    sgd = step_sizes(edited(probe, "torch.optim.AdamW(tiny.parameters(), lr=lr, weight_decay=0.0)",
+                            "torch.optim.SGD(tiny.parameters(), lr=lr)"))
+    assert sgd[0] != page[0] and sgd[1] != page[1], (page, sgd)

@@ -236,3 +236,29 @@ def test_the_other_kind_is_the_opposite_of_this_cpu(monkeypatch, native):
     monkeypatch.setattr(devices, "native_cpu_bf16", lambda: native)
     monkeypatch.setenv(devices.CPU_BF16_ENV, devices.other_cpu_bf16())
     assert devices.cpu_supports_bf16() is (not native)
+
+
+def test_train_with_step_runs_the_given_step_as_train_runs_its_own(tiny_model, tiny_batches):
+    """Chapter 3's harness: the page's step, with `train`'s optimizer, schedule and windows around it."""
+    from torch.utils.data import DataLoader
+
+    from bertmem.loop import TrainConfig, mixed_precision_step, train, train_with_step
+
+    loader = DataLoader(tiny_batches, batch_size=None)  # the four batches as they are, in order
+    config = TrainConfig(epochs=2, learning_rate=1e-3, accumulation_steps=2, warmup_ratio=0.25, seed=3)
+    ours, theirs = copy.deepcopy(tiny_model), copy.deepcopy(tiny_model)
+    stepped = train_with_step(mixed_precision_step, ours, loader, config, eval_loader=tiny_batches)
+    reference = train(theirs, loader, config, eval_loader=tiny_batches, run=RunConfig(progress=False))
+    assert len(stepped.history) == len(reference.history) == 4
+    assert stepped.losses == pytest.approx(reference.losses, rel=1e-5)
+    assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(ours.parameters(), theirs.parameters()))
+    assert stepped.final_metrics["eval_loss"] == pytest.approx(reference.final_metrics["eval_loss"], rel=1e-5)
+
+    calls = []
+
+    def counting(*args):  # a reader's step: counts its calls, takes no step
+        calls.append(len(args[1]))
+        return 0.0
+
+    assert train_with_step(counting, copy.deepcopy(tiny_model), loader, config).losses == [0.0] * 4
+    assert calls == [2, 2, 2, 2]  # one call per optimizer step, two micro-batches each

@@ -91,6 +91,8 @@ def test_every_definition_a_chapter_shows_is_the_packages_own():
     ("00_baseline.ipynb", "train_baseline"),
     ("03_mixed_precision.ipynb", "mixed_precision_step"),
     ("04_layerwise_lr_decay.ipynb", "layerwise_param_groups"),
+    ("05_optimized_loop.ipynb", "train"),
+    ("05b_runs_that_last.ipynb", "backward_with_backoff"),
 ])
 def test_each_chapter_defines_the_technique_it_teaches(notebook, name):
     assert (notebook, name) in {(nb, node.name) for nb, _, node in notebook_definitions()}

@@ -166,7 +166,7 @@ def subset_sizes(args: argparse.Namespace, profile, given: set[str]) -> dict:
 
 
 def run_from_flags(args: argparse.Namespace, profile):
-    """`bertmem train`'s RunConfig, with `--checkpoint-minutes auto` resolved from the profile (chapter 5)."""
+    """`bertmem train`'s RunConfig, with `--checkpoint-minutes auto` resolved from the profile (chapter 5b)."""
     from bertmem.loop.config import RunConfig
 
     minutes = checkpoint_minutes(args.checkpoint_minutes, args.backend, profile)
@@ -175,7 +175,7 @@ def run_from_flags(args: argparse.Namespace, profile):
 
 def checkpoint_minutes(asked: float | str | None, backend: str, profile) -> float | None:
     """--checkpoint-minutes auto: the profile's (15 on the GPU profiles) for bertmem's own loop; the other
-    backends keep their own checkpoints (chapter 5)."""
+    backends keep their own checkpoints (chapter 5b)."""
     if asked != "auto":
         return asked
     return profile.checkpoint_minutes if backend == "plain" else None
@@ -185,7 +185,7 @@ CHECKPOINT_SHARE_WARNING = 0.1  # a larger share of training and saving time get
 
 
 def checkpoint_plan(run) -> str:
-    """'checkpoints every 15 minutes, every 50 steps and at each epoch's end' for a run that keeps them (ch. 5)."""
+    """'checkpoints every 15 minutes, every 50 steps and at each epoch's end' for a run that keeps them (ch. 5b)."""
     when = [f"every {run.checkpoint_minutes:g} minutes"] if run.checkpoint_minutes else []
     when += [f"every {run.checkpoint_every} steps"] if run.checkpoint_every else []
     return f"checkpoints {', '.join(when + ['at each epoch end and on Ctrl-C or SIGTERM'])}"
@@ -234,7 +234,7 @@ def recipe_defaults(name: str, train_parser: argparse.ArgumentParser) -> dict:
 
 
 def bench_folder(output_dir: str) -> Path:
-    """`--output-dir auto`: results/bench, or on Colab the runs folder (Google Drive when mounted) (chapter 5)."""
+    """`--output-dir auto`: results/bench, or on Colab the runs folder (Google Drive when mounted) (chapter 5b)."""
     if output_dir != "auto":
         return Path(output_dir).expanduser()
     return colab_runs_root() / "bench" if on_colab() else Path("results/bench")

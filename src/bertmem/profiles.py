@@ -40,7 +40,7 @@ class Profile:
     # the dataset of the chapters whose point needs texts longer than their token limit (chapters 6 and 9)
     long_dataset: str = "imdb"
     # `bertmem train` keeps a checkpoint at least this often (minutes) unless told otherwise: a Colab runtime is
-    # recycled without a signal, so only periodic checkpoints survive it (chapter 5); None: by steps only
+    # recycled without a signal, so only periodic checkpoints survive it (chapter 5b); None: by steps only
     checkpoint_minutes: float | None = None
     overridden: frozenset[str] = frozenset()  # the fields an environment variable set (BERTMEM_DATASET, …)
 

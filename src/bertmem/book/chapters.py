@@ -171,7 +171,7 @@ def chapter_runs(profile: Profile) -> dict[str, list[Run]]:
     rounds = {c: len(s.seeds) for c, s in settings.items()}  # the bench runs every variant once per seed
     return {
         "00": [Run(data["00"], epochs=profile.epochs, evaluations=profile.epochs + 1)],  # + before training
-        "01": [], "02": [],
+        "01": [], "02": [], "05b": [],  # 05b: a tiny random BERT and a command-line smoke test
         "03": [Run(data["03"], "fp32"), Run(data["03"], "auto")],
         "04": [Run(data["04"], precision["04"], epochs=profile.epochs, repeats=3 * rounds["04"])],  # three α
         "05": [Run(data["05"], "fp32", repeats=2 * rounds["05"]), Run(data["05"], "auto", repeats=2 * rounds["05"]),
@@ -241,6 +241,9 @@ def data_line(chapter: str, profile: Profile) -> str:
         return "data: your own file (MY_FILE), or a generated demo file of 800 support tickets in 12 classes"
     if chapter == "A3":
         return "data: a recorded GPU run; one step on random token ids at the end"
+    if chapter == "05b":
+        return (f"data: random token ids for a tiny BERT; the command line's smoke test reads 64 + 32 "
+                f"{profile.dataset} examples")
     if chapter not in CHAPTER_RUNS:
         return f"data: a few dozen {profile.dataset} examples at up to {profile.max_length} tokens"
     parts = []

@@ -1,4 +1,4 @@
-"""Fault injection for demonstrations and tests: a Ctrl-C or a CUDA out-of-memory error on cue (chapter 5)."""
+"""Fault injection for demonstrations and tests: a Ctrl-C or a CUDA out-of-memory error on cue (chapter 5b)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import torch
 
 
 def interrupt_after(model: torch.nn.Module, calls: int) -> torch.nn.Module:
-    """Make the model's `calls`-th forward pass raise KeyboardInterrupt, as a Ctrl-C would (chapter 5)."""
+    """Make the model's `calls`-th forward pass raise KeyboardInterrupt, as a Ctrl-C would (chapter 5b)."""
     if calls < 1:
         raise ValueError(f"calls must be >= 1, got {calls}")
     forward, count = model.forward, [0]
@@ -22,7 +22,7 @@ def interrupt_after(model: torch.nn.Module, calls: int) -> torch.nn.Module:
 
 
 def out_of_memory_above(model: torch.nn.Module, max_examples: int) -> torch.nn.Module:
-    """Make forward passes on more than `max_examples` examples raise torch.OutOfMemoryError (chapter 5)."""
+    """Make forward passes on more than `max_examples` examples raise torch.OutOfMemoryError (chapter 5b)."""
     if max_examples < 0:
         raise ValueError(f"max_examples must be >= 0, got {max_examples}")
     forward = model.forward

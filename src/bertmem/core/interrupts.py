@@ -1,4 +1,4 @@
-"""Stopping a run cleanly: Ctrl-C and SIGTERM both end in a checkpoint and a one-line message (chapter 5)."""
+"""Stopping a run cleanly: Ctrl-C and SIGTERM both end in a checkpoint and a one-line message (chapter 5b)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ EXIT_CODES = {"SIGINT": 130, "SIGTERM": 143}  # 128 + the signal number, as shel
 
 
 class TrainingInterrupted(KeyboardInterrupt):
-    """A run stopped by Ctrl-C or SIGTERM; the message says where its checkpoint is (chapter 5)."""
+    """A run stopped by Ctrl-C or SIGTERM; the message says where its checkpoint is (chapter 5b)."""
 
     def __init__(self, message: str, signal_name: str = "SIGINT"):
         super().__init__(message)
@@ -26,7 +26,7 @@ class TrainingInterrupted(KeyboardInterrupt):
 
 @contextlib.contextmanager
 def sigterm_interrupts() -> Iterator[None]:
-    """Inside the block SIGTERM (schedulers, `docker stop`) raises like Ctrl-C, once (chapter 5).
+    """Inside the block SIGTERM (schedulers, `docker stop`) raises like Ctrl-C, once (chapter 5b).
 
     A second SIGTERM is ignored until the block ends, so it cannot break the final checkpoint's save.
     Signal handlers can only be set from the main thread; elsewhere the block changes nothing.
@@ -52,7 +52,7 @@ def signals_deferred() -> Iterator[None]:
     """Ctrl-C and SIGTERM wait until the block ends, then reach their usual handler: a save is never cut in half.
 
     The signal is raised again after the block, so whatever handler was in place (the training loop's, Python's
-    Ctrl-C handler, `SIG_IGN`) decides what happens (chapter 5). Outside the main thread the block changes nothing.
+    Ctrl-C handler, `SIG_IGN`) decides what happens (chapter 5b). Outside the main thread the block changes nothing.
     """
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -81,7 +81,7 @@ def stops_on_sigterm(function: Callable) -> Callable:
 
 def interruption(stop: KeyboardInterrupt, boundary: dict, rng_state, checkpoint: Callable[[dict, dict], None],
                  checkpoint_dir: str | None, written: bool = False) -> TrainingInterrupted:
-    """Save the last finished optimizer step (unless `written`) and say where it is (Ctrl-C or SIGTERM) (ch. 5)."""
+    """Save the last finished optimizer step (unless `written`) and say where it is (Ctrl-C or SIGTERM) (ch. 5b)."""
     name = getattr(stop, "signal_name", "SIGINT")
     label = "Ctrl-C" if name == "SIGINT" else name
     if not checkpoint_dir:

@@ -1,4 +1,4 @@
-"""One writer per output folder: a lock file naming its holder, a heartbeat, stale locks taken over (chapter 5).
+"""One writer per output folder: a lock file naming its holder, a heartbeat, stale locks taken over (chapter 5b).
 
 Two runs writing into one folder overwrite each other's checkpoints and results, and the last writer wins
 silently. A run therefore holds `OUTPUT_DIR/bertmem.lock` while it works: host, process id, the process's start
@@ -31,7 +31,7 @@ class FolderInUse(ValueError):
 
 
 def boot_id() -> str:
-    """This machine's boot id (Linux), so a process id from before a reboot never counts (chapter 5)."""
+    """This machine's boot id (Linux), so a process id from before a reboot never counts (chapter 5b)."""
     try:
         return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
     except OSError:
@@ -39,7 +39,7 @@ def boot_id() -> str:
 
 
 def pid_namespace() -> str:
-    """This process's PID namespace (Linux): containers sharing a host name and boot id differ here (ch. 5)."""
+    """This process's PID namespace (Linux): containers sharing a host name and boot id differ here (ch. 5b)."""
     try:
         return os.readlink("/proc/self/ns/pid")
     except OSError:
@@ -47,7 +47,7 @@ def pid_namespace() -> str:
 
 
 def stat_fields(pid: int) -> list[str]:
-    """The fields of /proc/<pid>/stat after the process name (Linux; empty elsewhere or when it is gone) (ch. 5)."""
+    """The fields of /proc/<pid>/stat after the process name (Linux; empty elsewhere or when it is gone) (ch. 5b)."""
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()  # the name may hold spaces
     except (OSError, IndexError):
@@ -55,13 +55,13 @@ def stat_fields(pid: int) -> list[str]:
 
 
 def process_start(pid: int) -> str:
-    """When `pid` started (clock ticks since boot, Linux): a reused process id is not its holder (chapter 5)."""
+    """When `pid` started (clock ticks since boot, Linux): a reused process id is not its holder (chapter 5b)."""
     fields = stat_fields(pid)
     return fields[19] if len(fields) > 19 else ""  # field 22 of the whole line
 
 
 def process_alive(pid: int, started: str = "") -> bool:
-    """Whether process `pid` runs here (a zombie does not; another process with its id does not) (chapter 5)."""
+    """Whether process `pid` runs here (a zombie does not; another process with its id does not) (chapter 5b)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -76,7 +76,7 @@ def process_alive(pid: int, started: str = "") -> bool:
 
 @dataclass(frozen=True)
 class Holder:
-    """Who holds a lock: machine, process and what it runs (chapter 5)."""
+    """Who holds a lock: machine, process and what it runs (chapter 5b)."""
 
     host: str
     pid: int
@@ -111,7 +111,7 @@ class Holder:
 
 
 def read_holder(path: Path) -> Holder | None:
-    """The holder a lock file names; None for an unreadable or half-written file (chapter 5)."""
+    """The holder a lock file names; None for an unreadable or half-written file (chapter 5b)."""
     try:
         return Holder(**json.loads(path.read_text()))
     except (OSError, ValueError, TypeError):
@@ -119,7 +119,7 @@ def read_holder(path: Path) -> Holder | None:
 
 
 def stale_reason(holder: Holder | None, age_s: float, me: Holder) -> str | None:
-    """Why a lock no longer holds (process gone, heartbeat stopped), or None while its holder runs (chapter 5)."""
+    """Why a lock no longer holds (process gone, heartbeat stopped), or None while its holder runs (chapter 5b)."""
     if holder is None:
         return "a lock file that names no holder" if age_s > HEARTBEAT_S else None
     if holder.same_machine(me):
@@ -132,7 +132,7 @@ def stale_reason(holder: Holder | None, age_s: float, me: Holder) -> str | None:
 
 
 class FolderLock:
-    """`with FolderLock(folder):` — hold `folder/bertmem.lock` while a run writes there (chapter 5)."""
+    """`with FolderLock(folder):` — hold `folder/bertmem.lock` while a run writes there (chapter 5b)."""
 
     def __init__(self, folder: str | os.PathLike, flag: str = "--output-dir"):
         self.path, self.flag = Path(folder) / LOCK_NAME, flag
@@ -235,7 +235,7 @@ class FolderLock:
 
 
 def lock_output_folder(folder: str | os.PathLike, flag: str = "--output-dir", env: dict | None = None):
-    """The folder's lock for this process; under a multi-process launch only rank 0 holds it (chapters 5, 7)."""
+    """The folder's lock for this process; under a multi-process launch only rank 0 holds it (chapters 5b, 7)."""
     env = os.environ if env is None else env
     if int(env.get("WORLD_SIZE", "1")) > 1 and env.get("RANK", "0") != "0":
         return contextlib.nullcontext()  # rank 0 holds the folder for every process of its launch

@@ -46,29 +46,29 @@ KERNEL_NOTICE_LOGGERS = ("bitsandbytes.backends.cpu.ops", "kernels._internals.hf
 
 COLAB_CONTENT = Path("/content")  # Colab's working folder: shown in its file browser, wiped by a runtime reset
 RUNS_FOLDER = "bertmem-runs"
-MOUNT_LINES = 'from google.colab import drive\ndrive.mount("/content/drive")'  # what chapter 5 shows
+MOUNT_LINES = 'from google.colab import drive\ndrive.mount("/content/drive")'  # what chapter 5b shows
 
 
 def on_colab() -> bool:
-    """Whether this Python runs in a Colab runtime (chapters 5, A1)."""
+    """Whether this Python runs in a Colab runtime (chapters 5b, A1)."""
     return "google.colab" in sys.modules
 
 
 def colab_drive(content: Path | None = None) -> Path:
-    """Where Google Drive appears once mounted with `drive.mount("/content/drive")` (chapter 5)."""
+    """Where Google Drive appears once mounted with `drive.mount("/content/drive")` (chapter 5b)."""
     return (COLAB_CONTENT if content is None else content) / "drive" / "MyDrive"
 
 
 def colab_runs_root(content: Path | None = None) -> Path:
     """On Colab, where runs go: Drive's bertmem-runs when Drive is mounted (a reset cannot reach it), else
-    /content/bertmem-runs (in the file browser, gone with the runtime) (chapter 5)."""
+    /content/bertmem-runs (in the file browser, gone with the runtime) (chapter 5b)."""
     drive = colab_drive(content)
     return (drive if drive.is_dir() else drive.parent.parent) / RUNS_FOLDER
 
 
 def output_folder(name: str, content: Path | None = None) -> Path:
     """Where a chapter writes a run: on Colab under `colab_runs_root` (Drive when mounted), elsewhere a fresh
-    temporary folder (chapters 5, A1)."""
+    temporary folder (chapters 5b, A1)."""
     if on_colab():
         folder = colab_runs_root(content) / name
         folder.mkdir(parents=True, exist_ok=True)
@@ -80,7 +80,7 @@ def output_folder(name: str, content: Path | None = None) -> Path:
 
 def where_runs_live(folder: str | Path, content: Path | None = None) -> str:
     """One sentence for a long run: where its checkpoints and results live, and whether a Colab runtime reset can
-    reach them (chapter 5; `bertmem train` and `bench` print it)."""
+    reach them (chapter 5b; `bertmem train` and `bench` print it)."""
     folder = Path(folder).expanduser()  # shown as given; compared as an absolute path
     if not on_colab():
         return f"checkpoints and results go to {folder}"

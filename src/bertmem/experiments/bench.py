@@ -158,6 +158,14 @@ def variant_measure(bench: BenchConfig, run: RunConfig, data: DataConfig, config
     return measure
 
 
+def optimizer_bytes(result) -> int:
+    """The optimizer state a variant's loop measured from its own optimizer (`TrainResult.rank_bytes`) (chapter 5)."""
+    if result.rank_bytes is None:
+        raise ValueError("the training loop returned no rank_bytes: end it with "
+                         "`result.rank_bytes = rank_bytes(model, optimizer)` as chapter 5's train does")
+    return result.rank_bytes["optimizer_bytes"]
+
+
 def run_variant(bench: BenchConfig, variant: str, frames, peak_tflops: dict[str, float] | float | None,
                 seed: int | None = None, loop: Callable = train) -> dict[str, Any]:
     """Measure one variant with one training seed: memory on its widest micro-batch, then training and evaluation.
@@ -185,12 +193,14 @@ def run_variant(bench: BenchConfig, variant: str, frames, peak_tflops: dict[str,
     row.update({"seed": config.seed, "step_times_s": kept, "effective batch": bench.effective_batch,
                 "median step (s)": timing.median_s, "step spread (IQR / median)": timing.spread,
                 "activations (MiB)": report.activations / MIB,
-                # fp32 weights, plus a gradient and two Adam moments per trainable parameter
-                "weights+grads+Adam (MiB)": (report.parameters + 3 * report.gradients) / MIB,
+                # the weights and gradients of the measured step, and the state of the optimizer the
+                # loop built (AdamW: two moments per trained weight; another optimizer: its own)
+                "weights+grads+optimizer (MiB)": (report.parameters + report.gradients
+                                                  + optimizer_bytes(result)) / MIB,
                 "time per epoch (s)": sum(e["train_time_s"] for e in result.epochs) / len(result.epochs),
                 "examples/s": bench.effective_batch / timing.median_s, "accuracy": epoch["accuracy"],
                 "macro-F1": epoch["macro_f1"], "test examples": len(frames[1]), "correct": result.correct})
-    row["total (MiB)"] = row["activations (MiB)"] + row["weights+grads+Adam (MiB)"]
+    row["total (MiB)"] = row["activations (MiB)"] + row["weights+grads+optimizer (MiB)"]
     if peak_memory_bytes(device) is not None:
         row["CUDA peak (MiB)"] = peak_memory_bytes(device) / MIB
     peak = peak_tflops.get(precision) if isinstance(peak_tflops, dict) else peak_tflops

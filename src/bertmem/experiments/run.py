@@ -182,7 +182,7 @@ def planned_once(run: RunConfig) -> RunPlan | None:
 
 def run_backend(run: RunConfig, model, train_loader, config: TrainConfig, eval_loader,
                 settings: dict[str, Any] | None = None) -> TrainResult:
-    """Train with bertmem's loop, Accelerate or the HF Trainer (same recipe, same batches) (chapter 5)."""
+    """Train with bertmem's loop, Accelerate or the HF Trainer (same recipe, same batches) (chapter 5b)."""
     if run.backend == "accelerate":
         return train_with_accelerate(model, train_loader, config, eval_loader, run=run)
     if run.backend == "trainer":

@@ -39,6 +39,7 @@ from bertmem.loop.optim import (
     make_optimizer,
     no_weight_decay,
     post_param_groups,
+    rank_bytes,
 )
 from bertmem.loop.precision import (
     DTYPES,
@@ -54,13 +55,14 @@ from bertmem.loop.precision import (
     trace_op_dtypes,
 )
 from bertmem.loop.resume import RunState
+from bertmem.loop.stepwise import train_with_step
 
 __all__ = ["DTYPES", "EMBEDDINGS", "HEAD", "Levers", "NonFiniteError", "OPTIMIZER_NAMES", "PACKAGE_LEVERS",
     "PrecisionChoice", "RunConfig", "RunState", "TrainConfig", "TrainResult", "autocast_context", "backward_window",
     "backward_with_backoff", "check_finite", "choose_precision", "count_items", "diagnose_scale_trace", "evaluate",
     "evaluate_into", "group_lr_scale", "is_out_of_memory", "layer_assignment", "layerwise_param_groups",
     "loss_weights", "make_optimizer", "make_optimizer_and_scheduler", "mixed_precision_step", "no_weight_decay",
-    "plan_for", "prepare_model", "prepare_run", "prepare_trainable", "pure_half", "post_param_groups",
+    "plan_for", "prepare_model", "prepare_run", "prepare_trainable", "pure_half", "post_param_groups", "rank_bytes",
     "shard_with_fsdp2", "skipped_steps", "split_batch", "split_evenly", "sync_context", "trace_op_dtypes", "train",
-    "train_baseline", "train_with_accelerate", "train_with_trainer", "trainer_first_step", "use_fused_adamw",
-    "windows"]
+    "train_baseline", "train_with_accelerate", "train_with_step", "train_with_trainer", "trainer_first_step",
+    "use_fused_adamw", "windows"]

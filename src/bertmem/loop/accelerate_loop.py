@@ -1,4 +1,4 @@
-"""The same recipe through Hugging Face Accelerate: one GPU, many GPUs (DDP/FSDP), DeepSpeed (chapters 5 and 7)."""
+"""The same recipe through Hugging Face Accelerate: one GPU, many GPUs (DDP/FSDP), DeepSpeed (chapters 5b and 7)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from bertmem.loop.accumulation import optimizer_steps
 from bertmem.loop.baseline import TrainResult, evaluate
 from bertmem.loop.combined import make_optimizer_and_scheduler, prepare_model
 from bertmem.loop.config import RunConfig, TrainConfig
+from bertmem.loop.optim import rank_bytes
 from bertmem.loop.precision import choose_precision
 from bertmem.model.loading import find_encoder_layers
 
@@ -19,7 +20,7 @@ ACCELERATE_PRECISION = {"fp32": "no", "bf16": "bf16", "fp16": "fp16"}
 
 
 def accelerator_for(config: TrainConfig, device: str | None = None, **kwargs):
-    """An `Accelerator` with the config's accumulation and precision on `device`; kwargs pass through (ch. 5)."""
+    """An `Accelerator` with the config's accumulation and precision on `device`; kwargs pass through (ch. 5b)."""
     from accelerate import Accelerator
     from accelerate.state import AcceleratorState, GradientState
 
@@ -30,19 +31,6 @@ def accelerator_for(config: TrainConfig, device: str | None = None, **kwargs):
     choice = choose_precision(config.precision, device_type, verbose=False)
     return Accelerator(gradient_accumulation_steps=config.accumulation_steps,
                        mixed_precision=ACCELERATE_PRECISION[choice.precision], cpu=device_type == "cpu", **kwargs)
-
-
-def _local(tensor: torch.Tensor) -> torch.Tensor:
-    """This process's shard of a DTensor (FSDP2), or the tensor itself."""
-    return getattr(tensor, "_local_tensor", tensor)
-
-
-def rank_bytes(model: torch.nn.Module, optimizer) -> dict[str, int]:
-    """Parameter and optimizer-state bytes this process holds (its shard under FSDP) (chapter 7)."""
-    optimizer = getattr(optimizer, "optimizer", optimizer)  # Accelerate wraps it
-    states = [_local(v) for state in optimizer.state.values() for v in state.values() if isinstance(v, torch.Tensor)]
-    return {"parameter_bytes": sum(_local(p).numel() * _local(p).element_size() for p in model.parameters()),
-            "optimizer_bytes": sum(t.numel() * t.element_size() for t in states)}
 
 
 def fsdp_requested_on_cpu(accelerator) -> bool:
@@ -67,7 +55,7 @@ def shard_with_fsdp2(model: torch.nn.Module) -> torch.nn.Module:
 
 
 def check_deepspeed_clipping(accelerator, config: TrainConfig) -> None:
-    """Refuse a recipe whose clipping DeepSpeed would not apply (chapter 5).
+    """Refuse a recipe whose clipping DeepSpeed would not apply (chapter 5b).
 
     Under DeepSpeed the engine clips with its config's `gradient_clipping` and `clip_grad_norm_` does nothing;
     Accelerate fills an "auto" there with 1.0, not with the recipe's `max_grad_norm`.
@@ -86,7 +74,7 @@ def check_deepspeed_clipping(accelerator, config: TrainConfig) -> None:
 
 def train_with_accelerate(model: torch.nn.Module, train_loader, config: TrainConfig, eval_loader=None,
                           accelerator=None, *, run: RunConfig | None = None) -> TrainResult:
-    """`train` written the Accelerate way: `prepare`, `accumulate`, `backward`, `clip_grad_norm_` (chapter 5).
+    """`train` written the Accelerate way: `prepare`, `accumulate`, `backward`, `clip_grad_norm_` (chapter 5b).
 
     The scheduler is stepped by hand once per optimizer step, so its length is the same for one or many
     processes. Accelerate divides each micro-batch loss by the accumulation steps (a mean of means): exact

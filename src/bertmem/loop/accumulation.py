@@ -157,7 +157,7 @@ def backward_window(model: torch.nn.Module, window: list,
 
 
 def split_evenly(micro: dict[str, torch.Tensor], parts: int) -> list[dict[str, torch.Tensor]]:
-    """Cut a micro-batch into `parts` near-equal pieces (fewer when it has fewer examples) (chapter 5)."""
+    """Cut a micro-batch into `parts` near-equal pieces (fewer when it has fewer examples) (chapter 5b)."""
     n = len(micro["labels"])
     parts = max(1, min(parts, n))
     base, extra = divmod(n, parts)
@@ -173,7 +173,7 @@ def backward_with_backoff(model: torch.nn.Module, window: list,
                           device: torch.device | str, weighting: str, splits: int,
                           backoff: bool, scale=None,
                           autocast=None) -> tuple[float, int]:
-    """`backward_window`, cutting micro-batches in 2, 4, … on out-of-memory (ch. 5).
+    """`backward_window`, cutting micro-batches in 2, 4, … on out-of-memory (ch. 5b).
 
     Halving the micro-batch and doubling the accumulation keeps the effective batch
     (and, with the loss weights of chapter 2, the gradient). Returns the window's loss

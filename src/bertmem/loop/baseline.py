@@ -29,20 +29,20 @@ class TrainResult:
     epochs: list[dict[str, float]] = field(default_factory=list)  # epoch, train_time_s, examples_per_s, metrics
     precision: str = "fp32"
     skipped_steps: int = 0  # optimizer steps the fp16 loss scaler skipped after an overflow
-    backoffs: list[dict[str, int]] = field(default_factory=list)  # out-of-memory back-offs (chapter 5)
+    backoffs: list[dict[str, int]] = field(default_factory=list)  # out-of-memory back-offs (chapter 5b)
     num_processes: int = 1  # data-parallel processes (Accelerate, chapter 7)
     rank: int = 0  # this process's index among them
-    rank_bytes: dict[str, int] | None = None  # this process's parameter/optimizer bytes (Accelerate, chapter 7)
+    rank_bytes: dict[str, int] | None = None  # this process's parameter/optimizer bytes (chapters 5, 7)
     # the last evaluation's 0/1 score per test example, in the test set's order: for paired comparisons (ch. 5)
     correct: list[int] | None = None
     predictions: "Predictions | None" = None  # the last evaluation's predicted and true labels (A1)
-    checkpoint_saves: int = 0  # checkpoints written by this process (chapter 5)
+    checkpoint_saves: int = 0  # checkpoints written by this process (chapter 5b)
     checkpoint_time_s: float = 0.0  # the time they took
     checkpoint_after_epochs_s: float = 0.0  # of which at epochs' ends, outside the epochs' train_time_s
 
     @property
     def checkpoint_share(self) -> float:
-        """The share of training plus saving time spent writing checkpoints (chapter 5)."""
+        """The share of training plus saving time spent writing checkpoints (chapter 5b)."""
         total = sum(e.get("train_time_s", 0.0) for e in self.epochs) + self.checkpoint_after_epochs_s
         return self.checkpoint_time_s / total if total else 0.0
 

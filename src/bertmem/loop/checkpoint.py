@@ -1,4 +1,4 @@
-"""Checkpoints that resume exactly and safely: state, RNGs, data position and the run's settings (chapter 5)."""
+"""Checkpoints that resume exactly and safely: state, RNGs, data position and the run's settings (chapter 5b)."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ class CheckpointError(ValueError):
 
 
 def capture_rng() -> dict[str, Any]:
-    """Every random generator a training step draws from, as plain lists and tensors (chapter 5).
+    """Every random generator a training step draws from, as plain lists and tensors (chapter 5b).
 
     Plain types let `torch.load(weights_only=True)` read the checkpoint: no pickled numpy objects.
     """
@@ -51,7 +51,7 @@ def capture_rng() -> dict[str, Any]:
 
 
 def restore_rng(state: dict[str, Any]) -> None:
-    """Put back the generator states saved by `capture_rng` (chapter 5)."""
+    """Put back the generator states saved by `capture_rng` (chapter 5b)."""
     version, internal, gauss = state["python"]
     random.setstate((version, tuple(internal), gauss))
     n = state["numpy"]
@@ -82,7 +82,7 @@ def atomic_save(obj: Any, path: str | os.PathLike) -> Path:
 def save_checkpoint(folder: str | os.PathLike, *, model, optimizer, scheduler, scaler, rng: dict[str, Any],
                     position: dict[str, Any], history: list, epochs: list,
                     settings: Mapping[str, Any] | None = None) -> Path:
-    """Write everything a resumed run needs to `folder/checkpoint.pt`, atomically (chapter 5)."""
+    """Write everything a resumed run needs to `folder/checkpoint.pt`, atomically (chapter 5b)."""
     state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
              "scaler": scaler.state_dict() if scaler is not None else None, "rng": rng, "position": dict(position),
              "history": list(history), "epochs": list(epochs), "settings": dict(settings or {}),
@@ -111,7 +111,7 @@ def load_checkpoint(folder: str | os.PathLike) -> dict[str, Any]:
 
 
 def settings_differences(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
-    """Each setting that differs between a checkpoint and this run and is not safe to change (chapter 5)."""
+    """Each setting that differs between a checkpoint and this run and is not safe to change (chapter 5b)."""
     saved = {RENAMED_SETTINGS.get(k, k): v for k, v in saved.items()}
     saved = {**{k: v for k, v in ADDED_SETTINGS.items() if k in current}, **saved}
     keys = sorted((set(saved) | set(current)) - SAFE_TO_CHANGE)
@@ -120,7 +120,7 @@ def settings_differences(saved: Mapping[str, Any], current: Mapping[str, Any]) -
 
 
 def check_resume_settings(saved: Mapping[str, Any], current: Mapping[str, Any], path: str | os.PathLike) -> None:
-    """Refuse to resume when a setting that moves the data, step positions or schedule has changed (chapter 5)."""
+    """Refuse to resume when a setting that moves the data, step positions or schedule has changed (chapter 5b)."""
     differences = settings_differences(saved, current)
     if differences:
         raise CheckpointError(f"cannot resume from {Path(path) / CHECKPOINT_NAME}: the run's settings changed ("
@@ -129,7 +129,7 @@ def check_resume_settings(saved: Mapping[str, Any], current: Mapping[str, Any], 
 
 
 def load_model_state(model: torch.nn.Module, state: Mapping[str, Any], path: str | os.PathLike) -> None:
-    """Load a checkpoint's weights, naming the file when they belong to another model (chapter 5)."""
+    """Load a checkpoint's weights, naming the file when they belong to another model (chapter 5b)."""
     try:
         model.load_state_dict(state)
     except RuntimeError as err:
@@ -139,7 +139,7 @@ def load_model_state(model: torch.nn.Module, state: Mapping[str, Any], path: str
 
 
 def dataset_fingerprint(examples) -> str:
-    """A short hash of every example's token ids and label, in order: checkpoints compare it on resume (chapter 5).
+    """A short hash of every example's token ids and label, in order: checkpoints compare it on resume (chapter 5b).
 
     Works for an `EncodedDataset`, any map-style dataset of dicts, or a list of batches.
     """

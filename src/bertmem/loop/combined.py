@@ -11,6 +11,7 @@ import time
 from typing import Any, Callable, NamedTuple
 
 import torch
+from torch.nn.utils import clip_grad_norm_
 from torch.utils.data import DataLoader
 
 from bertmem.core.devices import model_device, require_device, synchronize
@@ -21,7 +22,7 @@ from bertmem.data.batching import dataset_size
 from bertmem.loop.accumulation import backward_with_backoff, check_dataset_fits, optimizer_steps, windows
 from bertmem.loop.baseline import TrainResult, evaluate_into
 from bertmem.loop.config import RunConfig, TrainConfig
-from bertmem.loop.optim import layerwise_param_groups, make_optimizer
+from bertmem.loop.optim import layerwise_param_groups, make_optimizer, rank_bytes
 from bertmem.loop.precision import autocast_context, check_finite, choose_precision
 from bertmem.loop.resume import RunState
 from bertmem.model.adapters import apply_lora, freeze_lower_layers, has_lora
@@ -136,7 +137,6 @@ def train(model: torch.nn.Module, train_loader: DataLoader, config: TrainConfig,
     run = run or RunConfig()
     device, micro_size, per_epoch, total = prepare_run(model, train_loader, config, run, levers)
     optimizer, scheduler = make_optimizer_and_scheduler(model, config, total, levers)
-    params = [p for p in model.parameters() if p.requires_grad]
     choice = choose_precision(config.precision, device.type, verbose=config.precision == "auto")
     autocast = functools.partial(autocast_context, choice.precision, device.type)
     scaler = torch.amp.GradScaler(device.type, enabled=choice.use_scaler)  # fp16 only
@@ -156,7 +156,7 @@ def train(model: torch.nn.Module, train_loader: DataLoader, config: TrainConfig,
                 record = {"step": state.step + 1, "epoch": epoch, "loss": loss}
                 scaler.unscale_(optimizer)  # true gradients, before clipping
                 if config.max_grad_norm is not None:
-                    record["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm))
+                    record["grad_norm"] = float(clip_grad_norm_(model.parameters(), config.max_grad_norm))
                 if config.guard_non_finite and not choice.use_scaler:
                     check_finite(state.step + 1, loss, model, optimizer)
                 scale = scaler.get_scale()
@@ -183,4 +183,5 @@ def train(model: torch.nn.Module, train_loader: DataLoader, config: TrainConfig,
                 record.update(evaluate_into(result, model, eval_loader, run.progress))
             result.epochs.append(record)
             state.on_epoch(epoch)  # a checkpoint at every epoch's end
+    result.rank_bytes = rank_bytes(model, optimizer)  # what this optimizer holds
     return result

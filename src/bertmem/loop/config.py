@@ -50,10 +50,10 @@ class RunConfig(RefusesRenamed):
     output_dir: str | None = field(default=None, metadata={
         "help": "folder for metrics.json, config.json, loss.png (and checkpoints, the model)"})
     checkpoint_every: int | None = field(default=None, metadata={  # None: no checkpoints at all
-        "help": "keep OUTPUT_DIR/checkpoint.pt: every N optimizer steps, each epoch and on Ctrl-C (chapter 5)"})
+        "help": "keep OUTPUT_DIR/checkpoint.pt: every N optimizer steps, each epoch and on Ctrl-C (chapter 5b)"})
     checkpoint_minutes: float | None = field(default=None, metadata={  # None: by steps and epochs only
         "help": "also keep OUTPUT_DIR/checkpoint.pt every N minutes of training, so a recycled runtime loses at "
-                "most N minutes; auto: the profile's (15 on the GPU profiles, none on the CPU one) (chapter 5)",
+                "most N minutes; auto: the profile's (15 on the GPU profiles, none on the CPU one) (chapter 5b)",
         "parse": minutes_or_auto, "cli_default": "auto"})
     resume: bool = field(default=False, metadata={
         "help": "continue from OUTPUT_DIR/checkpoint.pt (and keep checkpointing there)"})
@@ -89,7 +89,7 @@ class RunConfig(RefusesRenamed):
 
     @property
     def checkpoint_dir(self) -> str | None:
-        """Where checkpoint.pt lives: the output folder when the run keeps or resumes checkpoints (chapter 5)."""
+        """Where checkpoint.pt lives: the output folder when the run keeps or resumes checkpoints (chapter 5b)."""
         keeps = self.checkpoint_every is not None or self.checkpoint_minutes is not None or self.resume
         return self.output_dir if keeps else None
 
@@ -137,7 +137,7 @@ class TrainConfig:
         "help": "recompute each layer in backward instead of keeping its activations (chapter 5)"})
     fused_optimizer: bool | None = None  # chapter 5: fused AdamW kernel; None = where the device supports it
     oom_backoff: bool = field(default=False, metadata={
-        "help": "on out-of-memory halve the micro-batch, double the accumulation (chapter 5)"})
+        "help": "on out-of-memory halve the micro-batch, double the accumulation (chapter 5b)"})
     optimizer: str = field(default="adamw", metadata={
         "help": "adamw (8 bytes of state per parameter), adamw8bit (about 2) or adafactor (factored, "
                 "no first moment) (chapter 8)", "choices": OPTIMIZER_NAMES})

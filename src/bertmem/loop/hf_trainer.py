@@ -58,7 +58,7 @@ def checkpointing_arguments(enabled: bool) -> dict:
 
 def train_with_trainer(model: torch.nn.Module, train_loader, config, output_dir: str | None = None, *,
                        run: RunConfig | None = None):
-    """The recipe through `transformers.Trainer`: our loader, our (layer-wise) AdamW + schedule, the fix (chapter 5).
+    """The recipe through `transformers.Trainer`: our loader, our (layer-wise) AdamW + schedule, the fix (chapter 5b).
 
     Returns a `TrainResult` built from the Trainer's log so the three ways of running compare directly.
     `run` (a `RunConfig`): device and progress bars; its checkpoints are `train`'s, not the Trainer's.

@@ -148,3 +148,16 @@ def make_optimizer(
         )
     raise ValueError(f"optimizer must be one of {OPTIMIZER_NAMES}, got {name!r}")
 
+
+def _local(tensor: torch.Tensor) -> torch.Tensor:
+    """This process's shard of a DTensor (FSDP2), or the tensor itself."""
+    return getattr(tensor, "_local_tensor", tensor)
+
+
+def rank_bytes(model: torch.nn.Module, optimizer) -> dict[str, int]:
+    """Parameter and optimizer-state bytes this process holds (its shard under FSDP), measured
+    from the optimizer a run built, whichever it is (chapters 5, 7)."""
+    optimizer = getattr(optimizer, "optimizer", optimizer)  # Accelerate wraps it
+    states = [_local(v) for state in optimizer.state.values() for v in state.values() if isinstance(v, torch.Tensor)]
+    return {"parameter_bytes": sum(_local(p).numel() * _local(p).element_size() for p in model.parameters()),
+            "optimizer_bytes": sum(t.numel() * t.element_size() for t in states)}

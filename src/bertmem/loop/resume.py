@@ -1,4 +1,4 @@
-"""Where a run stands and how it continues: position, RNG, checkpoints, Ctrl-C and SIGTERM (chapter 5).
+"""Where a run stands and how it continues: position, RNG, checkpoints, Ctrl-C and SIGTERM (chapter 5b).
 
 `train` tells a `RunState` what happened (`batches` at an epoch's start, `on_step`, `on_epoch`) and runs its epoch
 inside `saved_on_interrupt()`; everything an exact resume needs — the micro-batches already trained, the data
@@ -25,7 +25,7 @@ from bertmem.loop.checkpoint import (
 
 
 def run_settings(config, train_loader, micro_size: int, extra: dict | None = None) -> dict[str, Any]:
-    """What a checkpoint must match to resume: the recipe, the batch and the data's identity (chapter 5)."""
+    """What a checkpoint must match to resume: the recipe, the batch and the data's identity (chapter 5b)."""
     dataset = getattr(train_loader, "dataset", None)
     settings = dict(asdict(config), micro_batch=micro_size, train_examples=dataset_size(train_loader),
                     data_fingerprint=dataset_fingerprint(dataset if dataset is not None else train_loader))
@@ -34,7 +34,7 @@ def run_settings(config, train_loader, micro_size: int, extra: dict | None = Non
 
 
 class RunState:
-    """A run's position (epoch, step, micro-batches, examples, splits) and its checkpoints (chapter 5)."""
+    """A run's position (epoch, step, micro-batches, examples, splits) and its checkpoints (chapter 5b)."""
 
     def __init__(self, folder, checkpoint_every: int | None, loader, result, settings: dict[str, Any],
                  parts: dict[str, Any], checkpoint_minutes: float | None = None):
@@ -73,7 +73,7 @@ class RunState:
                 "generator": generator}
 
     def load(self) -> None:
-        """Model, optimizer, scheduler, scaler, history and position from the checkpoint (chapter 5)."""
+        """Model, optimizer, scheduler, scaler, history and position from the checkpoint (chapter 5b)."""
         ckpt = load_checkpoint(self.folder)
         check_resume_settings(ckpt["settings"], self.settings, self.folder)
         load_model_state(self.parts["model"], ckpt["model"], self.folder)
@@ -127,7 +127,7 @@ class RunState:
 
     def checkpoint_due(self) -> bool:
         """Every `checkpoint_every` steps, or once `checkpoint_minutes` have passed since the last save ended (so
-        a save, however slow, takes at most its own share of each interval) (chapter 5)."""
+        a save, however slow, takes at most its own share of each interval) (chapter 5b)."""
         by_steps = bool(self.checkpoint_every) and self.step % self.checkpoint_every == 0
         minutes = self.checkpoint_minutes
         return by_steps or (minutes is not None and time.perf_counter() - self.saved_at >= 60 * minutes)
