@@ -135,3 +135,18 @@ def test_one_example_is_estimated_on_its_own_where_it_is_off_the_lines(model, of
     assert (_estimate(config, 1).step_peak != on_line) == off
     if off:
         assert lines["one"]["lines"][0][0] == _estimate(config, 1).step_peak
+
+
+@pytest.mark.slow
+def test_the_page_quotes_the_readings_it_was_checked_against_and_the_gpu_run(data):
+    """The validation line names what the published readings are (one model, one length, one card) and what the
+    recorded GPU run of A3 showed; stale data fails here."""
+    from bertmem.book.fit_page import validation_summary
+    from bertmem.book.published import published_rows
+
+    summary = validation_summary()
+    assert data["validation"] == summary
+    rows = published_rows(("fit", "held-out"))
+    assert all(f"{row.model} at {row.seq_len} tokens on {row.card}" in summary["readings_of"] for row in rows)
+    assert 0 <= summary["gpu_short"] <= summary["gpu_shapes"] and summary["gpu_card"]
+    assert summary["gpu_context_low_mib"] > summary["assumed_context_mib"]  # A3's card took more than assumed

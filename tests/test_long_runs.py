@@ -365,3 +365,25 @@ def test_a_run_refused_by_the_lock_leaves_the_holders_folder_alone(tmp_path, rev
     assert stop.value.code == 2 and "in use by process" in capsys.readouterr().err
     assert sorted(p.name for p in out.iterdir()) == [LOCK_NAME]
     assert not (out / CHECKPOINT_NAME).exists()
+
+
+def test_a_lock_on_google_drive_waits_out_colabs_sync_before_it_counts_as_stale(tmp_path):
+    """Colab syncs Drive late: another runtime's heartbeat may arrive long after it was written, so a lock on Drive
+    counts as stale only after DRIVE_SYNC_S more (ages faked by the lock file's modification time)."""
+    from bertmem.core.locks import DRIVE_SYNC_S
+
+    content = tmp_path / "content"
+    on_drive = content / "drive" / "MyDrive" / "bertmem-runs" / "bench"
+    off_drive = content / "bertmem-runs" / "bench"
+    elsewhere = holder(host=socket.gethostname() + "-other", boot="another-boot")
+    for folder in (on_drive, off_drive):
+        folder.mkdir(parents=True)
+        write_lock(folder, elsewhere, age_s=STALE_AFTER_S + 60)
+    with FolderLock(off_drive, content=content) as lock:  # the local disk: five minutes of silence is enough
+        assert "heartbeat stopped" in lock.took_over
+    wait = (STALE_AFTER_S + DRIVE_SYNC_S - (STALE_AFTER_S + 60)) / 60
+    with pytest.raises(FolderInUse, match=rf"run again in {wait:.1f} minutes"):
+        FolderLock(on_drive, content=content).acquire()
+    write_lock(on_drive, elsewhere, age_s=STALE_AFTER_S + DRIVE_SYNC_S + 60)
+    with FolderLock(on_drive, content=content) as lock:
+        assert "heartbeat stopped" in lock.took_over

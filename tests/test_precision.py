@@ -262,3 +262,16 @@ def test_train_with_step_runs_the_given_step_as_train_runs_its_own(tiny_model, t
 
     assert train_with_step(counting, copy.deepcopy(tiny_model), loader, config).losses == [0.0] * 4
     assert calls == [2, 2, 2, 2]  # one call per optimizer step, two micro-batches each
+
+
+def test_train_with_step_stops_at_max_steps_and_refuses_trains_own_levers(tiny_model, tiny_batches):
+    from torch.utils.data import DataLoader
+
+    from bertmem.loop import TrainConfig, mixed_precision_step, train_with_step
+
+    loader = DataLoader(tiny_batches, batch_size=None)
+    short = train_with_step(mixed_precision_step, copy.deepcopy(tiny_model), loader,
+                            TrainConfig(epochs=3, max_steps=5, learning_rate=1e-3))
+    assert len(short.history) == 5 and len(short.epochs) == 2  # four steps, then one: no third epoch
+    with pytest.raises(ValueError, match="oom_backoff and loss_weighting are train's"):
+        train_with_step(mixed_precision_step, tiny_model, loader, TrainConfig(oom_backoff=True))

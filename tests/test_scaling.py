@@ -32,12 +32,14 @@ def test_table_has_every_strategy_and_one_device_equals_ddp():
     assert rows["ddp (default)"][4] - 10 == 20 * 1000 and rows["ddp, gradient_as_bucket_view"][4] - 10 == 16 * 1000
 
 
-def test_zero_offload_keeps_only_sixteen_bit_weights_and_buckets_on_the_gpu():
-    from bertmem.memory.sharding import offload_bytes
+def test_zero_offload_keeps_sixteen_bit_weights_and_deepspeeds_whole_gradient_buffer_on_the_gpu():
+    from bertmem.memory.sharding import DEEPSPEED_REDUCE_BUCKET, offload_bytes, reduce_buffer_bytes
 
     out = offload_bytes(1000, 500, bucket_elements=150)  # 150 16-bit values: 300 bytes
     assert out["gpu"]["total"] == 2 * 1000 + 300 + 500 and out["cpu"]["total"] == 16 * 1000
-    assert offload_bytes(1000, 0)["gpu"]["gradient buckets (16-bit)"] == 2 * 1000  # capped at the gradients
+    # DeepSpeed allocates the whole bucket whatever the model: not capped at a small model's gradients
+    assert offload_bytes(1000, 0)["gpu"]["gradient buffer (16-bit)"] == 2 * DEEPSPEED_REDUCE_BUCKET
+    assert reduce_buffer_bytes(5 * 10**7, overlap_comm=True) == 2 * 2 * 5 * 10**7  # the shipped zero2.json: two
     with pytest.raises(ValueError):
         offload_bytes(0, 0)
 

@@ -280,10 +280,14 @@
     const v = data().validation;
     if (!v) return;
     $("validation").textContent = "These are estimates. Held against " + v.readings + " published GPU memory "
-      + "readings of bert-base and bert-large training runs (" + v.fit_readings + " of them used to fit the "
+      + "readings (all " + v.readings_of + "; " + v.fit_readings + " of them used to fit the "
       + "allocator margin), the planner's answers came to " + v.ratio_low.toFixed(2) + "–" + v.ratio_high.toFixed(2)
       + " × the reading (" + v.held_low.toFixed(2) + "–" + v.held_high.toFixed(2) + " on the others), and it "
       + "agreed with " + v.checks_agreeing + " of " + v.checks + " published runs that fit or ran out of memory. "
+      + "On the " + v.gpu_card + " of appendix A3 the planner's defaults were short on " + v.gpu_short + " of "
+      + v.gpu_shapes + " measured shapes: the CUDA context took " + Math.round(v.gpu_context_low_mib) + "–"
+      + Math.round(v.gpu_context_high_mib) + " MiB there against the " + Math.round(v.assumed_context_mib)
+      + " MiB assumed (--cuda-context and --allocator-margin change both). "
       + "The other encoders are estimated the same way and not checked against GPU readings. "
       + "Estimated with torch " + data().versions.torch + " and transformers " + data().versions.transformers + ".";
   }

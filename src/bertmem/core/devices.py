@@ -131,12 +131,12 @@ def cuda_available() -> bool:
 
 
 def cuda_rng_state() -> list[torch.Tensor] | None:
-    """Every CUDA generator's state for a checkpoint; None on a machine without a GPU (chapter 5)."""
+    """Every CUDA generator's state for a checkpoint; None on a machine without a GPU (chapter 5b)."""
     return torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
 
 
 def set_cuda_rng_state(states: list[torch.Tensor] | None) -> None:
-    """Put back the CUDA generators' states; a checkpoint resumed on the CPU has none to restore (chapter 5)."""
+    """Put back the CUDA generators' states; a checkpoint resumed on the CPU has none to restore (chapter 5b)."""
     if states is not None and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(states)
 

@@ -1,4 +1,4 @@
-"""Command-line flags generated from configuration dataclasses: one place for names, defaults and help (ch. 5, A1).
+"""Command-line flags generated from configuration dataclasses: one place for names, defaults and help (ch. 5b, A1).
 
 A field with `metadata={"help": ...}` becomes a flag: `--field-name` (or `metadata["flag"]`), its type from
 the annotation (`int | None` accepts 'none'), `choices`, `nargs` and a `parse` function from the metadata, the

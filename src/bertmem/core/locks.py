@@ -5,8 +5,10 @@ silently. A run therefore holds `OUTPUT_DIR/bertmem.lock` while it works: host, 
 time and the command. A second run is refused with one sentence naming the holder. A lock whose holder is gone is
 taken over with a message: on the same machine when the process no longer exists (killed with `kill -9`, a
 crash), on another machine (a Colab runtime that was reset; the folder is on Google Drive) when its heartbeat,
-refreshed every minute by a thread of the holder, is older than `STALE_AFTER_S`. Across machines this is best
-effort: it relies on the shared drive creating files exclusively and keeping their modification times.
+refreshed every minute by a thread of the holder, is older than `STALE_AFTER_S` — and, for a folder on Google
+Drive, `DRIVE_SYNC_S` more: Colab writes to Drive through a local cache and syncs later, so a live holder's heartbeat
+can reach another runtime late. Across machines this is best effort: it relies on the shared drive creating files
+exclusively and keeping their modification times.
 """
 
 from __future__ import annotations
@@ -21,9 +23,14 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from bertmem.core.runtime import on_drive
+
 LOCK_NAME = "bertmem.lock"
 HEARTBEAT_S = 60.0  # how often a holder touches its lock
 STALE_AFTER_S = 300.0  # another machine's lock untouched this long: its holder is gone
+# Colab syncs a Drive folder from a local cache on its own schedule (googlecolab/colabtools#659); a sync 30 minutes
+# late was reported (#2607) and none is documented, so a lock on Drive waits this much longer before it is stale.
+DRIVE_SYNC_S = 1800.0
 
 
 class FolderInUse(ValueError):
@@ -118,7 +125,7 @@ def read_holder(path: Path) -> Holder | None:
         return None
 
 
-def stale_reason(holder: Holder | None, age_s: float, me: Holder) -> str | None:
+def stale_reason(holder: Holder | None, age_s: float, me: Holder, stale_after_s: float = STALE_AFTER_S) -> str | None:
     """Why a lock no longer holds (process gone, heartbeat stopped), or None while its holder runs (chapter 5b)."""
     if holder is None:
         return "a lock file that names no holder" if age_s > HEARTBEAT_S else None
@@ -126,7 +133,7 @@ def stale_reason(holder: Holder | None, age_s: float, me: Holder) -> str | None:
         if holder.pid == me.pid and holder.started == me.started:
             return "this same process, from a run that did not finish"
         return None if process_alive(holder.pid, holder.started) else "which no longer runs"
-    if age_s > STALE_AFTER_S:
+    if age_s > stale_after_s:
         return f"whose heartbeat stopped {age_s / 60:.0f} minutes ago (a runtime reset or a crash)"
     return None
 
@@ -134,8 +141,10 @@ def stale_reason(holder: Holder | None, age_s: float, me: Holder) -> str | None:
 class FolderLock:
     """`with FolderLock(folder):` — hold `folder/bertmem.lock` while a run writes there (chapter 5b)."""
 
-    def __init__(self, folder: str | os.PathLike, flag: str = "--output-dir"):
+    def __init__(self, folder: str | os.PathLike, flag: str = "--output-dir", content: Path | None = None):
         self.path, self.flag = Path(folder) / LOCK_NAME, flag
+        # another machine's heartbeat reaches a folder on Drive only after Colab syncs it
+        self.stale_after_s = STALE_AFTER_S + (DRIVE_SYNC_S if on_drive(folder, content) else 0.0)
         self.holder = Holder.this_process()
         self._stop = threading.Event()
         self._beat: threading.Thread | None = None
@@ -152,7 +161,7 @@ class FolderLock:
                 age = time.time() - self.path.stat().st_mtime
             except FileNotFoundError:
                 continue
-            reason = stale_reason(holder, age, self.holder)
+            reason = stale_reason(holder, age, self.holder, self.stale_after_s)
             if reason is None:
                 raise FolderInUse(self.refusal(holder, age))
             if not self._set_aside(holder):
@@ -170,7 +179,7 @@ class FolderLock:
         """The one sentence a refused run prints: who holds the folder and what to do."""
         who = holder.describe() if holder else "another run"
         if holder is not None and not holder.same_machine(self.holder):  # e.g. a Colab runtime that was reset
-            wait = max(0.0, STALE_AFTER_S - age_s)
+            wait = max(0.0, self.stale_after_s - age_s)
             return (f"output folder {self.path.parent} is in use by {who}, on another machine (heartbeat "
                     f"{age_s:.0f} s old): if that machine is gone, run again in {wait / 60:.1f} minutes, when the "
                     f"lock counts as stale; or choose another {self.flag}")

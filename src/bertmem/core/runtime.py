@@ -59,6 +59,12 @@ def colab_drive(content: Path | None = None) -> Path:
     return (COLAB_CONTENT if content is None else content) / "drive" / "MyDrive"
 
 
+def on_drive(folder: str | Path, content: Path | None = None) -> bool:
+    """Whether `folder` lies on Colab's mounted Google Drive (chapter 5b)."""
+    drive, absolute = colab_drive(content), Path(folder).expanduser().absolute()
+    return absolute == drive or drive in absolute.parents
+
+
 def colab_runs_root(content: Path | None = None) -> Path:
     """On Colab, where runs go: Drive's bertmem-runs when Drive is mounted (a reset cannot reach it), else
     /content/bertmem-runs (in the file browser, gone with the runtime) (chapter 5b)."""
@@ -84,9 +90,12 @@ def where_runs_live(folder: str | Path, content: Path | None = None) -> str:
     folder = Path(folder).expanduser()  # shown as given; compared as an absolute path
     if not on_colab():
         return f"checkpoints and results go to {folder}"
-    drive, absolute = colab_drive(content), folder.absolute()
-    if absolute == drive or drive in absolute.parents:
-        return f"checkpoints and results go to {folder}, on Google Drive: a runtime reset cannot reach them"
+    drive = colab_drive(content)
+    if on_drive(folder, content):
+        # Colab writes to Drive through a local cache and syncs later (googlecolab/colabtools#659, #2869)
+        return (f"checkpoints and results go to {folder}, on Google Drive: a runtime reset cannot wipe them, but "
+                "Colab copies them to Drive some time after they are written, so the newest may be missing after "
+                "a reset (drive.flush_and_unmount() before you stop syncs them)")
     return (f"checkpoints and results go to {folder}, which a Colab runtime reset wipes: mount Google Drive "
             f"(drive.mount(\"/content/drive\")) and choose a folder under {drive} to keep them")
 

@@ -1,4 +1,4 @@
-"""Length-grouped batches: less padding, the same examples every epoch, a resumable order (chapter 5)."""
+"""Length-grouped batches: less padding, the same examples every epoch, a resumable order (chapters 5, 5b)."""
 
 from __future__ import annotations
 

@@ -140,9 +140,9 @@ def estimated_lever_rows(model: str = "bert-base-uncased", seq_len: int = 512, m
     more steps each) gives the same answers for every row of chapter 8's table at six times the cost; a test
     checks full fine-tuning of bert-base.
     ZeRO-Offload (DeepSpeed, CUDA only) is counted from the full fine-tuning step's activations
-    (`memory.sharding.offload_bytes`): its row sums weights, gradient buckets and activations, a sum that can miss the
-    peak either way (chapter 1), where the other rows give the step's peak; its gradients column is the 16-bit
-    buckets in flight.
+    (`memory.sharding.offload_bytes`): its row sums weights, DeepSpeed's gradient buffer and activations, a sum that
+    can miss the peak either way (chapter 1), where the other rows give the step's peak; its gradients column is that
+    buffer, allocated at DeepSpeed's default bucket size whatever the model.
     """
 
     config = model_config(model)
@@ -162,9 +162,9 @@ def estimated_lever_rows(model: str = "bert-base-uncased", seq_len: int = 512, m
         lines[lever] = (one.step_peak - slope * micro_batch, slope)
         rows.append({"model": model, "lever": lever, "optimizer state (GiB)": one.optimizer_state / GIB,
                      "gradients (GiB)": one.gradients / GIB, "activations (GiB)": one.activations / GIB})
-        if lever == FULL:  # 16-bit weights and gradient buckets on the GPU, the activations as before
+        if lever == FULL:  # 16-bit weights and DeepSpeed's gradient buffer on the GPU, the activations as before
             offload_gpu = offload_bytes(one.parameters // 4, 0, half_bytes=2)["gpu"]
-            offload, buckets = offload_gpu["total"], offload_gpu["gradient buckets (16-bit)"]
+            offload, buckets = offload_gpu["total"], offload_gpu["gradient buffer (16-bit)"]
             per_example = (two.activations - one.activations) / micro_batch
             lines["ZeRO-Offload (optimizer on the CPU)"] = (offload + one.activations - per_example * micro_batch,
                                                             per_example)

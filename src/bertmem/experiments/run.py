@@ -1,4 +1,4 @@
-"""One fine-tuning run from data to an output folder: the entry point behind `bertmem train` (chapter 5, A1)."""
+"""One fine-tuning run from data to an output folder: the entry point behind `bertmem train` (chapter 5b, A1)."""
 
 from __future__ import annotations
 
@@ -95,7 +95,7 @@ def parameter_checksum(model: torch.nn.Module) -> float:
 
 def run_experiment(run: RunConfig, data: DataConfig, config: TrainConfig, *,
                    prepare: PrepareFrame = prepare_frame, fit: FitRequest | None = None) -> dict[str, Any]:
-    """Load data and model, train with the chosen backend, evaluate, write the output folder (chapter 5).
+    """Load data and model, train with the chosen backend, evaluate, write the output folder (chapter 5b).
 
     `prepare` checks each split's rows: chapter A1 passes the `prepare_frame` its cell defines. `fit`: plan the
     run for a card first (`--memory`, `--micro-batch auto`): its micro-batch, accumulation, peak and time.

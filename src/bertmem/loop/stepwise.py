@@ -21,11 +21,16 @@ Step = Callable[..., float]
 
 def train_with_step(step: Step, model: torch.nn.Module, train_loader: DataLoader, config: TrainConfig,
                     eval_loader: DataLoader | None = None, run: RunConfig | None = None) -> TrainResult:
-    """Fine-tune by calling `step` once per optimizer step; everything around it as `train` does it (chapter 3).
+    """Fine-tune by calling `step` once per optimizer step, with `train`'s optimizer, schedule and windows (ch. 3).
 
     The optimizer and its warmup schedule come from `make_optimizer_and_scheduler`; the scaler is on for fp16
-    only. A step the scaler skipped (its scale fell) does not move the schedule, and is counted.
+    only. A step the scaler skipped (its scale fell) does not move the schedule, and is counted. What the step does
+    with the window is the step's: the recipe's loss weighting, out-of-memory back-off and non-finite guard are
+    `train`'s, and a recipe that asks for them is refused here. History keeps each step's loss only.
     """
+    if config.oom_backoff or config.loss_weighting != "examples":
+        raise ValueError("train_with_step runs the step it is given: oom_backoff and loss_weighting are train's; "
+                         "use train for them")
     run = run or RunConfig(progress=False)
     device, _, _, total = prepare_run(model, train_loader, config, run)
     choice = choose_precision(config.precision, device.type, verbose=False)
@@ -33,6 +38,8 @@ def train_with_step(step: Step, model: torch.nn.Module, train_loader: DataLoader
     scaler = torch.amp.GradScaler(device.type, enabled=choice.use_scaler)
     result = TrainResult(precision=choice.precision)
     for epoch in range(1, config.epochs + 1):
+        if len(result.history) >= total:  # max_steps reached in an earlier epoch
+            break
         model.train()
         started, seen = time.perf_counter(), 0
         for window in windows(train_loader, config.accumulation_steps):

@@ -73,20 +73,36 @@ def per_device_bytes(
     return out
 
 
+# DeepSpeed's ZeRO-1/2 gradient buffer: `reduce_bucket_size` elements of the parameters' dtype, allocated whole
+# whatever the model's size, once more with `overlap_comm` (double buffering). Read in
+# deepspeed/runtime/zero/stage_1_and_2.py (`setup_buckets`; CPU offload forces `contiguous_gradients`) and
+# deepspeed/runtime/zero/config.py (reduce_bucket_size 5e8; overlap_comm defaults to True only at stage 3),
+# DeepSpeed commit edaa72212 (2026).
+DEEPSPEED_REDUCE_BUCKET = 5 * 10**8
+
+
+def reduce_buffer_bytes(bucket_elements: int = DEEPSPEED_REDUCE_BUCKET, half_bytes: int = 2,
+                        overlap_comm: bool = False) -> float:
+    """The GPU bytes of DeepSpeed ZeRO-1/2's contiguous gradient buffer(s), independent of the model (chapter 7)."""
+    if bucket_elements < 0:
+        raise ValueError(f"bucket_elements must be >= 0, got {bucket_elements}")
+    return float(bucket_elements * half_bytes * (2 if overlap_comm else 1))
+
+
 def offload_bytes(num_params: int, activation_bytes: int, half_bytes: int = 2,
-                  bucket_elements: int = 5 * 10**8) -> dict[str, float]:
+                  bucket_elements: int = DEEPSPEED_REDUCE_BUCKET, overlap_comm: bool = False) -> dict[str, float]:
     """ZeRO-Offload on one GPU: what stays on the GPU and what moves to CPU memory (chapter 7).
 
-    Only the 16-bit weights stay on the GPU; the 16-bit gradients leave for the CPU bucket by bucket during the
-    backward pass, and the fp32 master weights, fp32 gradients and both Adam moments live on the CPU, where the
-    optimizer step runs (Ren et al., 2021). The GPU holds 2P + A plus the gradient buckets in flight
-    (`bucket_elements`, DeepSpeed's default reduce bucket of 5e8 elements; capped at the gradients' size) instead of
-    16P + A, at the price of a CPU-side optimizer step and PCIe transfers every step.
+    The 16-bit weights stay on the GPU; the 16-bit gradients pass through DeepSpeed's gradient buffer on their way
+    to the CPU, where the fp32 master weights, fp32 gradients and both Adam moments live and the optimizer step runs
+    (Ren et al., 2021). The buffer is allocated at its full size (`reduce_buffer_bytes`), not capped at the model:
+    with DeepSpeed's default bucket it outweighs a bert-base's 16-bit weights. The GPU holds 2P + buffer + A instead
+    of 16P + A, at the price of a CPU-side optimizer step and PCIe transfers every step.
     """
     if num_params < 1 or activation_bytes < 0:
         raise ValueError(f"need num_params >= 1 and activation_bytes >= 0, got {num_params}, {activation_bytes}")
-    buckets = min(bucket_elements, num_params) * half_bytes
-    gpu = {"weights (16-bit)": num_params * half_bytes, "gradient buckets (16-bit)": float(buckets),
+    gpu = {"weights (16-bit)": num_params * half_bytes,
+           "gradient buffer (16-bit)": reduce_buffer_bytes(bucket_elements, half_bytes, overlap_comm),
            "activations": float(activation_bytes)}
     cpu = {"master weights (fp32)": num_params * 4.0, "gradients (fp32)": num_params * 4.0,
            "optimizer state": num_params * 8.0}
