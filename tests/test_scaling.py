@@ -35,8 +35,12 @@ def test_table_has_every_strategy_and_one_device_equals_ddp():
 def test_zero_offload_keeps_sixteen_bit_weights_and_deepspeeds_whole_gradient_buffer_on_the_gpu():
     from bertmem.memory.sharding import DEEPSPEED_REDUCE_BUCKET, offload_bytes, reduce_buffer_bytes
 
-    out = offload_bytes(1000, 500, bucket_elements=150)  # 150 16-bit values: 300 bytes
-    assert out["gpu"]["total"] == 2 * 1000 + 300 + 500 and out["cpu"]["total"] == 16 * 1000
+    out = offload_bytes(1000, 500, bucket_elements=150, largest_param=40)  # 150 16-bit values: 300 bytes
+    assert out["gpu"]["total"] == 2 * 1000 + 300 + 2 * 40 + 500
+    # fp32 master weights and gradients, Adam's moments, a 16-bit copy to send back, the staging buffer
+    assert out["cpu"]["total"] == 16 * 1000 + 2 * 1000 + 2 * 40
+    accumulating = offload_bytes(1000, 500, bucket_elements=150, largest_param=40, accumulation=True)
+    assert accumulating["cpu"]["total"] - out["cpu"]["total"] == 2 * 1000  # the 16-bit gradients kept between steps
     # DeepSpeed allocates the whole bucket whatever the model: not capped at a small model's gradients
     assert offload_bytes(1000, 0)["gpu"]["gradient buffer (16-bit)"] == 2 * DEEPSPEED_REDUCE_BUCKET
     assert reduce_buffer_bytes(5 * 10**7, overlap_comm=True) == 2 * 2 * 5 * 10**7  # the shipped zero2.json: two

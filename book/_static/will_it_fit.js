@@ -285,9 +285,10 @@
       + " × the reading (" + v.held_low.toFixed(2) + "–" + v.held_high.toFixed(2) + " on the others), and it "
       + "agreed with " + v.checks_agreeing + " of " + v.checks + " published runs that fit or ran out of memory. "
       + "On the " + v.gpu_card + " of appendix A3 the planner's defaults were short on " + v.gpu_short + " of "
-      + v.gpu_shapes + " measured shapes: the CUDA context took " + Math.round(v.gpu_context_low_mib) + "–"
-      + Math.round(v.gpu_context_high_mib) + " MiB there against the " + Math.round(v.assumed_context_mib)
-      + " MiB assumed (--cuda-context and --allocator-margin change both). "
+      + v.gpu_shapes + " measured shapes (" + v.gpu_short_with_context + " with each shape's measured CUDA context "
+      + "in place of the assumed one); the context there took " + Math.round(v.gpu_context_low_mib) + "–"
+      + Math.round(v.gpu_context_high_mib) + " MiB against the " + Math.round(v.assumed_context_mib)
+      + " MiB assumed. The command's --cuda-context and --allocator-margin set the context and the margin it adds. "
       + "The other encoders are estimated the same way and not checked against GPU readings. "
       + "Estimated with torch " + data().versions.torch + " and transformers " + data().versions.transformers + ".";
   }

@@ -215,7 +215,7 @@ def accelerate_answer(model_id: str) -> dict[str, int]:
 
 def readings_described(rows) -> str:
     """'bert-large-uncased at 512 tokens on a V100 16 GB' (every model, length and card the rows hold) (will it fit)."""
-    return "; ".join(sorted({f"{row.model} at {row.seq_len} tokens on {row.card}" for row in rows}))
+    return " and ".join(sorted({f"{row.model} at {row.seq_len} tokens on {row.card}" for row in rows}))
 
 
 def validation_summary() -> dict[str, Any]:
@@ -234,7 +234,8 @@ def validation_summary() -> dict[str, Any]:
             "checks_agreeing": sum(row["planner / published"] == "agrees" for row in checks),
             "checks": len(checks),
             "gpu_card": run["environment"]["gpu"], "gpu_shapes": measured["rows"],
-            "gpu_short": measured["planner short"], "gpu_context_low_mib": measured["context low MiB"],
+            "gpu_short": measured["planner short"], "gpu_short_with_context": measured["short with measured context"],
+            "gpu_context_low_mib": measured["context low MiB"],
             "gpu_context_high_mib": measured["context high MiB"],
             "assumed_context_mib": measured["assumed context MiB"]}
 

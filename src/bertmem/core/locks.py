@@ -28,8 +28,9 @@ from bertmem.core.runtime import on_drive
 LOCK_NAME = "bertmem.lock"
 HEARTBEAT_S = 60.0  # how often a holder touches its lock
 STALE_AFTER_S = 300.0  # another machine's lock untouched this long: its holder is gone
-# Colab syncs a Drive folder from a local cache on its own schedule (googlecolab/colabtools#659); a sync 30 minutes
-# late was reported (#2607) and none is documented, so a lock on Drive waits this much longer before it is stale.
+# Colab syncs a Drive folder from a local cache on its own schedule (googlecolab/colabtools#659) and documents no
+# bound; a 3 GB file reached Drive 30 minutes late in #2607 (small files there sooner). A lock on Drive therefore
+# waits this much longer before it counts as stale: a stated margin, not a measured bound.
 DRIVE_SYNC_S = 1800.0
 
 

@@ -60,14 +60,14 @@ def colab_drive(content: Path | None = None) -> Path:
 
 
 def on_drive(folder: str | Path, content: Path | None = None) -> bool:
-    """Whether `folder` lies on Colab's mounted Google Drive (chapter 5b)."""
-    drive, absolute = colab_drive(content), Path(folder).expanduser().absolute()
-    return absolute == drive or drive in absolute.parents
+    """Whether `folder` lies on Colab's mounted Google Drive: My Drive, a shared drive, or a link into them (ch. 5b)."""
+    mount, absolute = colab_drive(content).parent.resolve(), Path(folder).expanduser().resolve()
+    return absolute == mount or mount in absolute.parents
 
 
 def colab_runs_root(content: Path | None = None) -> Path:
-    """On Colab, where runs go: Drive's bertmem-runs when Drive is mounted (a reset cannot reach it), else
-    /content/bertmem-runs (in the file browser, gone with the runtime) (chapter 5b)."""
+    """On Colab, where runs go: Drive's bertmem-runs when Drive is mounted (a reset cannot wipe it; Colab syncs it
+    late), else /content/bertmem-runs (in the file browser, gone with the runtime) (chapter 5b)."""
     drive = colab_drive(content)
     return (drive if drive.is_dir() else drive.parent.parent) / RUNS_FOLDER
 
@@ -95,7 +95,7 @@ def where_runs_live(folder: str | Path, content: Path | None = None) -> str:
         # Colab writes to Drive through a local cache and syncs later (googlecolab/colabtools#659, #2869)
         return (f"checkpoints and results go to {folder}, on Google Drive: a runtime reset cannot wipe them, but "
                 "Colab copies them to Drive some time after they are written, so the newest may be missing after "
-                "a reset (drive.flush_and_unmount() before you stop syncs them)")
+                "a reset (drive.flush_and_unmount() before you stop the runtime copies them)")
     return (f"checkpoints and results go to {folder}, which a Colab runtime reset wipes: mount Google Drive "
             f"(drive.mount(\"/content/drive\")) and choose a folder under {drive} to keep them")
 

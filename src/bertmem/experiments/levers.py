@@ -25,7 +25,7 @@ from bertmem.loop.precision import choose_precision
 from bertmem.memory.estimate import estimate_step_memory, model_config
 from bertmem.memory.measure import measure_step_memory
 from bertmem.memory.planner import PlanRequest
-from bertmem.memory.sharding import offload_bytes
+from bertmem.memory.sharding import largest_parameter, offload_bytes
 from bertmem.model.adapters import LORA_LR_FACTOR, LORA_RANK, trainable_share
 from bertmem.model.loading import find_encoder_layers
 
@@ -163,7 +163,8 @@ def estimated_lever_rows(model: str = "bert-base-uncased", seq_len: int = 512, m
         rows.append({"model": model, "lever": lever, "optimizer state (GiB)": one.optimizer_state / GIB,
                      "gradients (GiB)": one.gradients / GIB, "activations (GiB)": one.activations / GIB})
         if lever == FULL:  # 16-bit weights and DeepSpeed's gradient buffer on the GPU, the activations as before
-            offload_gpu = offload_bytes(one.parameters // 4, 0, half_bytes=2)["gpu"]
+            offload_gpu = offload_bytes(one.parameters // 4, 0, half_bytes=2,
+                                        largest_param=largest_parameter(config))["gpu"]
             offload, buckets = offload_gpu["total"], offload_gpu["gradient buffer (16-bit)"]
             per_example = (two.activations - one.activations) / micro_batch
             lines["ZeRO-Offload (optimizer on the CPU)"] = (offload + one.activations - per_example * micro_batch,

@@ -19,6 +19,7 @@ from bertmem.memory.sharding import (
     SHARDED,
     STRATEGIES,
     StateBytes,
+    largest_parameter,
     offload_bytes,
     per_device_bytes,
     reduce_buffer_bytes,
@@ -29,8 +30,7 @@ from bertmem.memory.timeline import record_timeline
 __all__ = ["ALLOCATOR_MARGIN", "CARDS", "CARD_MEMORY", "CUDA_CONTEXT_BYTES", "Card", "MemoryReport", "PlanRequest",
     "SHARDED", "STRATEGIES", "StateBytes", "analytic_step_memory", "attempt_training_step", "card_for",
     "batch_for_peak", "count_bert_parameters", "estimate_for", "estimate_step_memory", "estimated_rows",
-    "long_input_estimates", "long_position_config", "measure_step_memory", "model_config", "offload_bytes",
-    "reduce_buffer_bytes",
-    "parse_memory", "peak_line",
+    "largest_parameter", "long_input_estimates", "long_position_config", "measure_step_memory", "model_config",
+    "offload_bytes", "parse_memory", "peak_line", "reduce_buffer_bytes",
     "per_device_bytes", "plan_micro_batch", "record_timeline", "saved_activation_bytes", "sharding_table",
     "state_bytes_per_value"]

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
+
+from bertmem.model.loading import classifier_from_config
+
 STRATEGIES = ("ddp", "zero1", "zero2", "zero3", "fsdp")
 SHARDED = {  # which of (weights, gradients, optimizer state) are split across the devices
     "ddp": (False, False, False),
@@ -89,23 +93,37 @@ def reduce_buffer_bytes(bucket_elements: int = DEEPSPEED_REDUCE_BUCKET, half_byt
     return float(bucket_elements * half_bytes * (2 if overlap_comm else 1))
 
 
+def largest_parameter(config) -> int:
+    """The largest weight tensor's element count (BERT: the word embeddings), counted on the meta device (ch. 7)."""
+    with torch.device("meta"):
+        return max(p.numel() for p in classifier_from_config(config).parameters())
+
+
 def offload_bytes(num_params: int, activation_bytes: int, half_bytes: int = 2,
-                  bucket_elements: int = DEEPSPEED_REDUCE_BUCKET, overlap_comm: bool = False) -> dict[str, float]:
+                  bucket_elements: int = DEEPSPEED_REDUCE_BUCKET, overlap_comm: bool = False,
+                  largest_param: int = 0, accumulation: bool = False) -> dict[str, float]:
     """ZeRO-Offload on one GPU: what stays on the GPU and what moves to CPU memory (chapter 7).
 
-    The 16-bit weights stay on the GPU; the 16-bit gradients pass through DeepSpeed's gradient buffer on their way
-    to the CPU, where the fp32 master weights, fp32 gradients and both Adam moments live and the optimizer step runs
-    (Ren et al., 2021). The buffer is allocated at its full size (`reduce_buffer_bytes`), not capped at the model:
-    with DeepSpeed's default bucket it outweighs a bert-base's 16-bit weights. The GPU holds 2P + buffer + A instead
-    of 16P + A, at the price of a CPU-side optimizer step and PCIe transfers every step.
+    The 16-bit weights stay on the GPU; the 16-bit gradients gather in DeepSpeed's gradient buffer, allocated at its
+    full size (`reduce_buffer_bytes`, not capped at the model: with the default bucket it outweighs a bert-base's
+    16-bit weights), and go to the CPU when it fills or the backward pass ends, through a staging buffer the size of
+    the largest parameter (`largest_param`) on each side. The CPU holds the fp32 master weights, fp32 gradients and
+    both Adam moments (Ren et al., 2021), a 16-bit copy of the weights to send back, and with gradient accumulation
+    the 16-bit gradients accumulated so far (stage_1_and_2.py: `param_buffer_of_bit16_for_cpu_offload_groups`,
+    `temp_grad_buffer_for_{cpu,gpu}_offload`, `accumulated_grads_in_cpu`).
     """
-    if num_params < 1 or activation_bytes < 0:
-        raise ValueError(f"need num_params >= 1 and activation_bytes >= 0, got {num_params}, {activation_bytes}")
+    if num_params < 1 or activation_bytes < 0 or largest_param < 0:
+        raise ValueError(f"need num_params >= 1 and non-negative byte counts, got {num_params}, {activation_bytes}, "
+                         f"{largest_param}")
+    staging = float(largest_param * half_bytes)
     gpu = {"weights (16-bit)": num_params * half_bytes,
            "gradient buffer (16-bit)": reduce_buffer_bytes(bucket_elements, half_bytes, overlap_comm),
-           "activations": float(activation_bytes)}
+           "staging buffer (16-bit)": staging, "activations": float(activation_bytes)}
     cpu = {"master weights (fp32)": num_params * 4.0, "gradients (fp32)": num_params * 4.0,
-           "optimizer state": num_params * 8.0}
+           "optimizer state": num_params * 8.0, "weights to send back (16-bit)": float(num_params * half_bytes),
+           "staging buffer (16-bit)": staging}
+    if accumulation:
+        cpu["accumulated gradients (16-bit)"] = float(num_params * half_bytes)
     return {"gpu": {**gpu, "total": sum(gpu.values())}, "cpu": {**cpu, "total": sum(cpu.values())}}
 
 
