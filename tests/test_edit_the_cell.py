@@ -32,24 +32,36 @@ def tiny_settings(tmp_path, synthetic_frame):
     return settings
 
 
+def quiet(namespace: dict) -> dict:
+    """A namespace where `display` and `plt.show` draw nothing (a test has no page)."""
+    return {**namespace, "display": lambda *args, **kwargs: None}
+
+
 def chapter_cells(notebook: str) -> tuple[list[str], str]:
     """A chapter's code cells and its setup cell (imports, profile, setup line)."""
     cells = code_cells(notebook)
     return cells, cell_with(cells, f'print(setup_line("{notebook.split("_")[0]}", profile))')
 
 
-def test_chapter_4_sweep_runs_the_pages_groups(tiny_settings):
+@pytest.fixture
+def chapter_4_sweep(tiny_settings):
+    """Chapter 4's groups cell, and its α sweep run at tiny sizes with given definitions: the sweep's runs."""
     cells, setup = chapter_cells("04_layerwise_lr_decay.ipynb")
-    groups = cell_with(cells, "def layerwise_param_groups(")
     sweep = cell_with(cells, "for alpha in (1.0, 0.95, 0.9):\n    for seed in seeds:")
 
-    def table(definitions: str) -> list[tuple]:
+    def runs(definitions: str) -> list[dict]:
         namespace = run_cells([setup, definitions], {})
         profile = dataclasses.replace(get_profile("cpu", env={}), epochs=1)
-        namespace.update(profile=profile, chapter_settings=tiny_settings,
-                         tokenizer=load_tokenizer(profile.model_id))
-        runs = run_cells([sweep], namespace)["runs"]
-        return [(r["alpha"], r["seed"], round(r["eval_loss"], 6)) for r in runs]
+        namespace.update(profile=profile, chapter_settings=tiny_settings, tokenizer=load_tokenizer(profile.model_id))
+        return run_cells([sweep], namespace)["runs"]
+    return cell_with(cells, "def layerwise_param_groups("), runs
+
+
+def test_chapter_4_sweep_runs_the_pages_groups(chapter_4_sweep):
+    groups, runs = chapter_4_sweep
+
+    def table(definitions: str) -> list[tuple]:
+        return [(r["alpha"], r["seed"], round(r["eval_loss"], 6)) for r in runs(definitions)]
 
     page = table(groups)
     # a reader's edit: every group's rate ten times higher
@@ -126,9 +138,8 @@ def test_chapter_3_fine_tunes_with_the_pages_step(tiny_settings, bf16_cpu):
     def table(step_cell: str) -> dict[str, tuple]:
         namespace = run_cells([setup, step_cell], {})
         profile = namespace["profile"]
-        namespace.update(chapter_settings=tiny_settings, tokenizer=load_tokenizer(profile.model_id), low="bf16",
-                         display=lambda *args, **kwargs: None)
-        runs = run_cells([runs_cell], namespace)["runs"]
+        namespace.update(chapter_settings=tiny_settings, tokenizer=load_tokenizer(profile.model_id), low="bf16")
+        runs = run_cells([runs_cell], quiet(namespace))["runs"]
         return {p: round(r.final_metrics["eval_loss"], 6) for p, r in runs.items()}
 
     page = table(step)
@@ -146,8 +157,8 @@ def test_chapter_5_memory_column_follows_the_pages_optimizer(tiny_settings):
 
     def column(optimizer_cell: str) -> dict[str, float]:
         namespace = run_cells([setup, optimizer_cell, loop], {})
-        namespace.update(chapter_settings=tiny_settings, display=lambda *args, **kwargs: None)
-        table = run_cells([bench], namespace)["table"]
+        namespace.update(chapter_settings=tiny_settings)
+        table = run_cells([bench], quiet(namespace))["table"]
         return table["weights+grads+optimizer (MiB)"].to_dict()
 
     page = column(optimizer)
@@ -157,11 +168,6 @@ def test_chapter_5_memory_column_follows_the_pages_optimizer(tiny_settings):
     sgd = column(edited(optimizer, adamw, "optimizer = torch.optim.SGD(params, lr=config.learning_rate)"))
     assert set(page) == set(sgd) and len(page) == 6
     assert all(sgd[v] < page[v] for v in page), (page, sgd)
-
-
-def quiet(namespace: dict) -> dict:
-    """A namespace where `display` and `plt.show` draw nothing (a test has no page)."""
-    return {**namespace, "display": lambda *args, **kwargs: None}
 
 
 def test_chapter_0_fine_tunes_with_the_pages_loop(tiny_settings):
@@ -251,16 +257,11 @@ def test_chapter_7_plots_the_pages_accounting():
     assert all(b["one GPU, AdamW (GiB)"] > a["one GPU, AdamW (GiB)"] for a, b in zip(page, doubled))
 
 
-def test_chapter_4_groups_follow_the_pages_layer_assignment(tiny_settings):
-    cells, setup = chapter_cells("04_layerwise_lr_decay.ipynb")
-    groups = cell_with(cells, "def layerwise_param_groups(")
-    sweep = cell_with(cells, "for alpha in (1.0, 0.95, 0.9):\n    for seed in seeds:")
+def test_chapter_4_groups_follow_the_pages_layer_assignment(chapter_4_sweep):
+    groups, runs = chapter_4_sweep
 
     def losses(definitions: str) -> dict[float, float]:
-        namespace = run_cells([setup, definitions], {})
-        profile = dataclasses.replace(get_profile("cpu", env={}), epochs=1)
-        namespace.update(profile=profile, chapter_settings=tiny_settings, tokenizer=load_tokenizer(profile.model_id))
-        return {r["alpha"]: round(r["eval_loss"], 6) for r in run_cells([sweep], namespace)["runs"]}
+        return {r["alpha"]: round(r["eval_loss"], 6) for r in runs(definitions)}
 
     page = losses(groups)
     # a reader's edit: every encoder layer counted as the top one, so decay reaches only the embeddings
