@@ -8,7 +8,12 @@ switched off, each setting on its own lengths (drawn without replacement from 64
 another one has already met in this process), and once more padded to 512 tokens (one shape), so the table says
 whether the first meeting with a length costs extra, and whether it does so without cuDNN's attention.
 
-Run: python benchmarks/sdpa_shapes.py [--lengths 24] [--json FILE]   (a CUDA GPU; about a minute on an H200)
+`--draw shared` draws as the run recorded in appendix A3 did (before the draws were made disjoint): 48 draws from
+64-511, the smallest distinct ones kept (82-285 for 24 lengths), one list met by both dynamic settings in turn, so
+the second meets lengths the first has already met.
+
+Run: python benchmarks/sdpa_shapes.py [--lengths 24] [--draw disjoint|shared] [--json FILE]
+     (a CUDA GPU; about a minute on an H200)
 """
 
 from __future__ import annotations
@@ -57,20 +62,34 @@ def two_passes(model, lengths: list[int], precision: str, device: torch.device, 
             "second pass total (s)": sum(again), "distinct lengths": len(set(lengths))}
 
 
-def main() -> int:
+DRAWS = ("disjoint", "shared")
+
+
+def drawn_lengths(count: int, draw: str) -> dict[str, list[int]]:
+    """The lengths (64-511) each dynamic setting meets: disjoint draws, or one shared list (A3's recorded run)."""
+    generator = torch.Generator().manual_seed(0)
+    if draw == "shared":  # the recorded run's draw, kept so its table can be reproduced
+        shared = sorted(set(torch.randint(64, 512, (count * 2,), generator=generator).tolist()))[:count]
+        return {"default": shared, "off": shared}
+    drawn = (64 + torch.randperm(448, generator=generator)[:2 * count]).tolist()  # all distinct
+    return {"default": sorted(drawn[:count]), "off": sorted(drawn[count:])}
+
+
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lengths", type=int, default=24, help="distinct lengths to meet")
     parser.add_argument("--json", help="write the rows here as well")
     parser.add_argument("--device", default="cuda", help="cpu: a check of the script itself")
-    args = parser.parse_args()
+    parser.add_argument("--draw", choices=DRAWS, default="disjoint",
+                        help="disjoint: each dynamic setting its own lengths; shared: one list for both, as the "
+                             "run recorded in A3 drew them")
+    args = parser.parse_args(argv)
     if args.device == "cuda" and not cuda_available():
         print("needs a CUDA GPU (--device cpu checks the script)", file=sys.stderr)
         return 2
     device = torch.device(args.device)
     precision = choose_precision("auto", device.type, verbose=False).precision
-    generator = torch.Generator().manual_seed(0)
-    drawn = (64 + torch.randperm(448, generator=generator)[:2 * args.lengths]).tolist()  # 64-511, all distinct
-    lengths = {"default": sorted(drawn[:args.lengths]), "off": sorted(drawn[args.lengths:])}
+    lengths = drawn_lengths(args.lengths, args.draw)
     rows = {}
     # a warm-up at a length no measured pass uses: CUDA's and cuBLAS's own start-up is not counted
     settings = [("default kernels, dynamic padding", contextlib.nullcontext, lengths["default"]),
@@ -84,7 +103,7 @@ def main() -> int:
         print(name, json.dumps({k: round(v, 3) for k, v in rows[name].items()}), flush=True)
     result = {"gpu": device_name(device), "torch": torch.__version__, "precision": precision,
               "cudnn sdpa enabled by default": torch.backends.cuda.cudnn_sdp_enabled(), "lengths": lengths,
-              "rows": rows}
+              "draw": args.draw, "rows": rows}
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1))
     return 0

@@ -42,6 +42,10 @@ class Profile:
     # `bertmem train` keeps a checkpoint at least this often (minutes) unless told otherwise: a Colab runtime is
     # recycled without a signal, so only periodic checkpoints survive it (chapter 5b); None: by steps only
     checkpoint_minutes: float | None = None
+    # training batches' lengths rounded up to multiples of this (a GPU meets few shapes: chapter 5); None: each
+    # batch padded to its longest example. Off in the CPU profile: not measured there, and a CPU has no kernel
+    # set-up per shape to save
+    pad_to_multiple_of: int | None = None
     overridden: frozenset[str] = frozenset()  # the fields an environment variable set (BERTMEM_DATASET, …)
 
     def __post_init__(self) -> None:
@@ -67,12 +71,14 @@ class Profile:
         return (f"profile={self.name} device={self.device} model={self.model_id} dataset={self.dataset} "
                 f"({sizes}) max_length={self.max_length} micro_batch={self.micro_batch} "
                 f"effective_batch={self.effective_batch} epochs={self.epochs} "
-                f"lr={self.learning_rate:g}")
+                f"lr={self.learning_rate:g}"
+                + (f" pad_to_multiple_of={self.pad_to_multiple_of}" if self.pad_to_multiple_of else ""))
 
     def data_config(self, **overrides) -> DataConfig:
         """The profile's data: its dataset, subset sizes, tokens and micro-batch (all chapters)."""
         values = dict(dataset=self.dataset, train_size=self.train_size, eval_size=self.eval_size,
-                      max_length=self.max_length, micro_batch=self.micro_batch)
+                      max_length=self.max_length, micro_batch=self.micro_batch,
+                      pad_to_multiple_of=self.pad_to_multiple_of)
         return DataConfig(**{**values, **overrides})
 
     def run_config(self, **overrides) -> RunConfig:
@@ -108,7 +114,7 @@ class Profile:
 # chapters that accumulate reach the effective batch 32.
 GPU_DEFAULTS = dict(name="gpu", model_id="bert-base-uncased", dataset="imdb", max_length=512, micro_batch=8,
                     train_size=2000, eval_size=1000, epochs=1, learning_rate=2e-5, device="cuda", effective_batch=32,
-                    long_model_id="answerdotai/ModernBERT-base", checkpoint_minutes=15.0)
+                    long_model_id="answerdotai/ModernBERT-base", checkpoint_minutes=15.0, pad_to_multiple_of=64)
 # The results table at full size on a large card (BERTMEM_PROFILE=full make bench): all of IMDb, 2 epochs.
 FULL_DEFAULTS = dict(GPU_DEFAULTS, name="full", micro_batch=32, train_size=None, eval_size=None, epochs=2)
 # The CPU profile is the library's defaults: the data of `DataConfig()`, the model and recipe of `BenchConfig()`.
@@ -123,7 +129,8 @@ _DEFAULTS = {"gpu": GPU_DEFAULTS, "cpu": CPU_DEFAULTS, "full": FULL_DEFAULTS}
 RENAMED_ENV = {ENV_PREFIX + "BATCH_SIZE": ENV_PREFIX + "MICRO_BATCH"}  # one name per idea (micro_batch)
 _CASTS = {"max_length": int, "micro_batch": int, "epochs": int, "learning_rate": float, "effective_batch": int,
           "model_id": str, "dataset": str, "device": str, "long_model_id": str, "long_dataset": str,
-          "checkpoint_minutes": lambda raw: None if raw.strip().lower() == "none" else float(raw)}
+          "checkpoint_minutes": lambda raw: None if raw.strip().lower() == "none" else float(raw),
+          "pad_to_multiple_of": lambda raw: None if raw.strip().lower() == "none" else int(raw)}
 
 
 def get_profile(name: str | None = None, env: Mapping[str, str] | None = None) -> Profile:

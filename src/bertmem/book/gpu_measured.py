@@ -64,7 +64,9 @@ def calibration(run: dict[str, Any]) -> dict[str, Any]:
 
 def bench_rows(run: dict[str, Any]) -> list[dict[str, Any]]:
     """Chapter 5's fp32 baseline and full recipe on the GPU, with PyTorch's attention kernels as they come and
-    with cuDNN's attention off, each against its own baseline; MFU against the precision's measured peak (A3)."""
+    with cuDNN's attention off, each against its own baseline. Each column names its time base: examples/s
+    from the median micro-step, the time ratio from the summed steps after warm-up, the epoch ratio and MFU
+    from the whole epoch (A3)."""
     rows = []
     for kernels, key in (("default", "bench"), ("cuDNN attention off", "bench, cuDNN attention off")):
         bench = run[key]["rows"]
@@ -73,9 +75,98 @@ def bench_rows(run: dict[str, Any]) -> list[dict[str, Any]]:
             rows.append({"attention kernels": kernels, "variant": r["variant"], "precision": r["precision"],
                          "micro-batch": r["micro-batch"], "CUDA peak (GiB)": r["CUDA peak (MiB)"] * MIB / GIB,
                          "peak ratio": r["CUDA peak (MiB)"] / base["CUDA peak (MiB)"],
-                         "examples/s": r["examples/s"], "time ratio": r["time ratio"],
-                         "time ratio range": r["time ratio range"], "MFU": f"{r['MFU']:.1%}"})
+                         "examples/s (median step)": r["examples/s"],
+                         "time ratio (steps after warm-up)": r["time ratio"],
+                         "time ratio range": r["time ratio range"], "epoch time ratio": r["epoch time ratio"],
+                         "MFU (epoch)": f"{r['MFU']:.1%}", "useful MFU (epoch)": f"{r['useful MFU']:.1%}"})
     return rows
+
+
+def recipe_work(run: dict[str, Any], key: str = "bench, cuDNN attention off") -> dict[str, float]:
+    """Where the recipe's epoch time went against the baseline's: the matmul work it computed (padding
+    included) and the model FLOP/s it reached, whose quotient is the epoch time ratio (A3)."""
+    rows = {r["variant"]: r for r in run[key]["rows"]}
+    recipe, base = rows["full recipe"], rows["fp32 baseline"]
+
+    def rate(row: dict[str, Any]) -> float:
+        return row["training FLOPs per epoch"] / row["time per epoch (s)"] / 1e12
+
+    return {"padded token ratio": recipe["padded tokens per epoch"] / base["padded tokens per epoch"],
+            "work ratio": recipe["training FLOPs per epoch"] / base["training FLOPs per epoch"],
+            "recipe TFLOP/s": rate(recipe), "baseline TFLOP/s": rate(base),
+            "rate ratio": rate(recipe) / rate(base), "epoch time ratio": recipe["epoch time ratio"],
+            "baseline padding share": 1 - base["tokens per epoch"] / base["padded tokens per epoch"]}
+
+
+def first_meeting_excess(run: dict[str, Any]) -> dict[str, Any]:
+    """The recipe's extra training time with the default kernels over the run with cuDNN's attention off,
+    round by round (each round a seed, in one process): a cost of meeting new lengths, paid less once they
+    were met (A3)."""
+    def recipe(key: str) -> dict[str, Any]:
+        return next(r for r in run[key]["rows"] if r["variant"] == "full recipe")
+
+    steps = len(next(r for r in run["bench"]["rounds"][0] if r["variant"] == "full recipe")["step_times_s"])
+    excess = [a - b for a, b in zip(recipe("bench")["compute per round (s)"],
+                                    recipe("bench, cuDNN attention off")["compute per round (s)"])]
+    return {"excess per round (s)": excess, "steps per round": steps,
+            "micro-batches per round": steps * recipe("bench")["accumulation steps"]}
+
+
+def pass_noise(run: dict[str, Any]) -> float:
+    """How much two passes over one and the same shape differed (the padded-to-512 row), relative to the
+    faster: a difference between settings smaller than this is not read (A3)."""
+    row = run["sdpa shapes"]["rows"]["default kernels, padded to 512"]
+    first, second = row["first pass median (ms)"], row["second pass median (ms)"]
+    return abs(first - second) / min(first, second)
+
+
+def estimate_error_by_attention(run: dict[str, Any]) -> dict[str, float]:
+    """The tensor estimate's median error against the allocator: eager rows, SDPA rows, and the SDPA rows in fp32
+    (which cuDNN's attention, fp16 and bf16 only, never runs) (A3)."""
+    def median(rows) -> float:
+        return statistics.median(r["estimate error"] for r in rows)
+
+    rows = run["planner"]
+    return {"eager": median(r for r in rows if r["attention"] == "eager"),
+            "sdpa": median(r for r in rows if r["attention"] == "sdpa"),
+            "sdpa fp32": median(r for r in rows if r["attention"] == "sdpa" and r["precision"] == "fp32")}
+
+
+def recipe_peak_against_planner(run: dict[str, Any]) -> dict[str, float]:
+    """The bench's full recipe (bf16, SDPA, micro-batch 8, up to 512 tokens) against the planner row of its
+    nominal shape: its allocated peak, that plus the measured context, and what the planner's defaults ask
+    (GiB) (A3)."""
+    recipe = next(r for r in run["bench"]["rows"] if r["variant"] == "full recipe")
+    nominal = next(r for r in run["planner"] if r["batch"] == recipe["micro-batch"] and r["seq_len"] == 512
+                   and r["precision"] == recipe["precision"] and r["attention"] == "sdpa"
+                   and not r["checkpointing"] and r["model_id"] == "bert-base-uncased")
+    context = calibration(run)["context MiB"] * MIB
+    peaks = [r["CUDA peak (MiB)"] * MIB for key in ("bench", "bench, cuDNN attention off")
+             for r in run[key]["rows"] if r["variant"] == "full recipe"]
+    # allocated peak + context: a floor for the process, which also holds the allocator's slack
+    return {"recipe allocated": max(peaks) / GIB, "nominal allocated": nominal["allocated peak"] / GIB,
+            "recipe with context": (max(peaks) + context) / GIB, "planner asks": nominal["planner needs"] / GIB,
+            "card idle MiB": run["environment"]["card idle used"] / MIB}
+
+
+def measured_beside_estimates(rows: list[dict[str, Any]], run: dict[str, Any], seq_len: int = 512,
+                              model_id: str = "bert-base-uncased") -> list[dict[str, Any]]:
+    """Chapter 5's estimated bert-base rows beside the allocator's peak A3 measured for the same shape, where
+    it measured one (fp16 and bf16 need the same bytes, so either stands for the other) (chapter 5, A3)."""
+    def half(precision: str) -> str:
+        return "16-bit" if precision in ("fp16", "bf16") else precision
+
+    measured = {(r["batch"], r["attention"], half(r["precision"]), r["checkpointing"]): r
+                for r in run["planner"] if r["model_id"] == model_id and r["seq_len"] == seq_len}
+    beside = []
+    for row in rows:
+        checkpointing = "checkpointing" in row["variant"]
+        found = measured.get((row["micro-batch"], row["attention"], half(row["precision"]), checkpointing))
+        if found is not None and "footprint" not in row["variant"]:  # LoRA's rows were not measured
+            beside.append({"variant": row["variant"], "estimated peak (GiB)": row["estimated peak (GiB)"],
+                           f"measured on {run['environment']['gpu']} (GiB)": found["allocated peak"] / GIB,
+                           "shape measured": found["label"]})
+    return beside
 
 
 def beside_rows(run: dict[str, Any]) -> list[dict[str, Any]]:

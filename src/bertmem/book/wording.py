@@ -45,17 +45,24 @@ def first_meeting(first_ms: float, seen_ms: float, first_off_ms: float, seen_off
     return "Here the first meeting with a length cost no more than a later one, in either setting."
 
 
-def cudnn_advice(first_ms: float, seen_ms: float, first_off_ms: float, seen_off_ms: float) -> str:
+def cudnn_advice(first_ms: float, seen_ms: float, first_off_ms: float, seen_off_ms: float, noise: float) -> str:
     """A3: what to do about cuDNN's attention, from the step times on new and on seen lengths with it and
-    without it."""
-    new, seen = pace_than(first_off_ms / first_ms), pace_than(seen_off_ms / seen_ms)
-    if new == "faster than" and seen == "faster than":
-        return ("With cuDNN's attention off, steps were faster on new and on seen lengths alike here: with this "
-                "card and torch version, switch it off (`torch.backends.cuda.enable_cudnn_sdp(False)`).")
-    if new == "faster than":
-        return ("With cuDNN's attention off, only new lengths were faster: switch it off for runs that meet many "
-                "lengths, or pad to a multiple of 64 tokens so that a run meets at most 8 lengths up to 512 "
-                "(fewer first meetings; not measured here).")
+    without it. `noise`: how much two passes over one and the same shape differed (relative, one repeat); a
+    difference inside it is not read as one."""
+    new_faster = first_off_ms * (1 + noise) < first_ms
+    seen_faster = seen_off_ms * (1 + noise) < seen_ms
+    band = f"the {noise:.0%} by which one shape's two passes differed here"
+    if new_faster and seen_faster:
+        return (f"With cuDNN's attention off, steps were faster on new lengths ({first_ms / first_off_ms:.1f}×) "
+                f"and, by less, on lengths already seen (step time {1 - seen_off_ms / seen_ms:.0%} shorter, "
+                f"more than {band}; one comparison in one process): with this card and torch version, switch it "
+                "off (`torch.backends.cuda.enable_cudnn_sdp(False)`).")
+    if new_faster:
+        return (f"With cuDNN's attention off, new lengths were faster; on lengths already seen the difference "
+                f"({seen_off_ms:.0f} against {seen_ms:.0f} ms) is inside {band}. What costs is the first "
+                "meeting with a length: switch cuDNN's attention off for runs that meet many lengths, or pad to a "
+                "multiple of 64 tokens so that a run meets at most 8 lengths up to 512 (fewer first meetings; not "
+                "measured here).")
     return "Switching cuDNN's attention off did not make new lengths faster here: keep the default kernels."
 
 

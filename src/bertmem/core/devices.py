@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import Any, Callable
 
@@ -206,6 +207,49 @@ def cuda_initialized() -> bool:
 def set_cudnn_attention(enabled: bool) -> None:
     """Allow or forbid cuDNN's kernel among SDPA's choices for the rest of the process (A3); no effect on a CPU."""
     torch.backends.cuda.enable_cudnn_sdp(enabled)
+
+
+# PyTorch puts cuDNN's attention first in SDPA's order with a runtime cuDNN newer than 9.15 on sm90- and
+# sm100-class cards (`check_prefer_cudnn_attention` in aten/src/ATen/native/transformers/cuda/sdp_utils.cpp; older
+# releases chose differently), and runs it in fp16 and bf16 only (`check_dtypes_low_precision`).
+CUDNN_PREFERRED_AFTER = 91500
+CUDNN_FIRST_MAJORS = (9, 10)
+
+
+def cudnn_runtime_version() -> int | None:
+    """The cuDNN version PyTorch loaded (91600 for 9.16.0); None without a CUDA GPU (chapter 5, A3)."""
+    return torch.backends.cudnn.version() if torch.cuda.is_available() else None
+
+
+def cudnn_attention_first(capability: tuple[int, int] | None, cudnn_version: int | None, precision: str) -> bool:
+    """Whether PyTorch would try cuDNN's attention first on a card of this capability and cuDNN version, in this
+    precision: the source's rule, for any card (chapter 5, A3)."""
+    return (capability is not None and capability[0] in CUDNN_FIRST_MAJORS and cudnn_version is not None
+            and cudnn_version > CUDNN_PREFERRED_AFTER and precision in ("fp16", "bf16"))
+
+
+def sdpa_picks_cudnn(device: torch.device, dtype: torch.dtype, heads: int, head_dim: int, dropout: float) -> bool:
+    """Whether this machine's SDPA picks cuDNN's attention for a padded batch of this model's attention shape:
+    PyTorch's own dispatcher asked (`torch._fused_sdp_choice`); False on a CPU (chapter 5, A3)."""
+    if device.type != "cuda" or not hasattr(torch, "_fused_sdp_choice"):
+        return False
+    from torch.nn.attention import SDPBackend
+
+    q = torch.zeros(2, heads, 64, head_dim, device=device, dtype=dtype, requires_grad=True)
+    mask = torch.ones(2, 1, 64, 64, device=device, dtype=torch.bool)
+    mask[0, ..., 32:] = False  # a padded row, as real batches have
+    return torch._fused_sdp_choice(q, q, q, mask, dropout) == SDPBackend.CUDNN_ATTENTION.value
+
+
+@contextlib.contextmanager
+def cudnn_attention(enabled: bool):
+    """cuDNN's attention allowed or forbidden among SDPA's choices for the block, then as it was (chapter 5)."""
+    before = torch.backends.cuda.cudnn_sdp_enabled()
+    torch.backends.cuda.enable_cudnn_sdp(enabled)
+    try:
+        yield
+    finally:
+        torch.backends.cuda.enable_cudnn_sdp(before)
 
 
 def card_properties(device: torch.device) -> dict[str, Any]:

@@ -410,20 +410,53 @@ def tokenize_frame(frame: pd.DataFrame, tokenizer, max_length: int, truncation: 
     return EncodedDataset(encodings, frame["label"].tolist())
 
 
+def bucket_length(longest: int, multiple: int | None, max_length: int | None = None) -> int:
+    """The padded length of a batch whose longest example has `longest` tokens: rounded up to a multiple of
+    `multiple` (None: not rounded), never past `max_length` (examples are cut to it, so never below the longest)
+    (chapter 5)."""
+    if multiple is None:
+        return longest
+    if multiple < 1:
+        raise ValueError(f"pad_to_multiple_of must be >= 1, got {multiple}")
+    rounded = -(-longest // multiple) * multiple
+    return rounded if max_length is None else max(longest, min(rounded, max_length))
+
+
+class BucketPadding:
+    """Pad each batch to its longest example rounded up to a multiple of `multiple`, never past `max_length`: a
+    run meets at most max_length / multiple lengths, so a GPU sets its kernels up for few shapes (chapter 5)."""
+
+    def __init__(self, tokenizer, multiple: int, max_length: int | None = None) -> None:
+        if multiple < 1:
+            raise ValueError(f"pad_to_multiple_of must be >= 1, got {multiple}")
+        self.tokenizer, self.multiple, self.max_length = tokenizer, multiple, max_length
+
+    def __call__(self, features: list[dict]) -> dict:
+        from transformers import DataCollatorWithPadding
+
+        longest = max(len(f["input_ids"]) for f in features)
+        target = bucket_length(longest, self.multiple, self.max_length)
+        return DataCollatorWithPadding(self.tokenizer, padding="max_length", max_length=target)(features)
+
+
 def make_loader(dataset: EncodedDataset, tokenizer, batch_size: int, shuffle: bool = False,
-                seed: int = 0, group_by_length: bool = False, pad_to_max_length: int | None = None) -> DataLoader:
+                seed: int = 0, group_by_length: bool = False, pad_to_max_length: int | None = None,
+                pad_to_multiple_of: int | None = None, max_length: int | None = None) -> DataLoader:
     """A DataLoader with dynamic padding and a seeded shuffle (chapter 0); length-grouped batches (chapter 5).
 
-    pad_to_max_length=N pads every batch to N tokens instead (the naive baseline of chapter 5).
+    pad_to_max_length=N pads every batch to N tokens instead (the naive baseline of chapter 5);
+    pad_to_multiple_of=M rounds each batch's length up to a multiple of M, never past max_length (chapter 5).
     """
     from transformers import DataCollatorWithPadding
 
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    if pad_to_max_length is None:
-        collator = DataCollatorWithPadding(tokenizer)
-    else:
+    if pad_to_max_length is not None:
         collator = DataCollatorWithPadding(tokenizer, padding="max_length", max_length=pad_to_max_length)
+    elif pad_to_multiple_of is not None:
+        collator = BucketPadding(tokenizer, pad_to_multiple_of, max_length)
+    else:
+        collator = DataCollatorWithPadding(tokenizer)
     if group_by_length:
         sampler = LengthGroupedBatchSampler(dataset.lengths(), batch_size, shuffle=shuffle, seed=seed)
         return DataLoader(dataset, batch_sampler=sampler, collate_fn=collator)
@@ -458,20 +491,42 @@ def token_lengths(frame: pd.DataFrame, tokenizer) -> np.ndarray:
     return np.array([len(i) for i in ids])
 
 
+def planned_batches(lengths: Sequence[int], micro_batch: int, group_by_length: bool = True,
+                    seed: int = 0) -> list[list[int]]:
+    """The indices of a run's first epoch's micro-batches, as the run batches them: length-grouped (the loop
+    sets the sampler's epoch to 1 first), or in a seeded random order. Its own samplers: counting never draws
+    from the training loader's generator, so a planned run sees the order an unplanned one sees
+    (`bertmem train`)."""
+    if group_by_length:
+        sampler = LengthGroupedBatchSampler(lengths, micro_batch, shuffle=True, seed=seed)
+        sampler.set_epoch(1)  # as `train` and Accelerate's loop do before the first epoch
+        return sampler.batches()
+    # make_loader's shuffle, drawn by the same DataLoader machinery over the indices alone
+    generator = torch.Generator().manual_seed(seed)
+    return [batch.tolist() for batch in DataLoader(range(len(lengths)), micro_batch, shuffle=True,
+                                                   generator=generator)]
+
+
+def epoch_shapes(lengths: Sequence[int], micro_batch: int, group_by_length: bool = True, seed: int = 0,
+                 pad_to: int | None = None, multiple: int | None = None, max_length: int | None = None) -> Counter:
+    """How often each (examples, padded length) shape comes in one epoch: what a GPU sets its kernels up for,
+    counted before the run starts (chapter 5, `bertmem train`). `lengths`: each example's tokens as read;
+    `multiple`, `max_length`: the bucket padding of `make_loader`."""
+    batches = planned_batches(lengths, micro_batch, group_by_length, seed)
+    if pad_to is not None:
+        return Counter((len(b), pad_to) for b in batches)
+    return Counter((len(b), bucket_length(max(lengths[i] for i in b), multiple, max_length)) for b in batches)
+
+
 def epoch_padded_tokens(lengths: Sequence[int], micro_batch: int, group_by_length: bool = True, seed: int = 0,
-                        pad_to: int | None = None) -> int:
-    """Tokens one epoch's micro-batches hold once padded (to their longest example, or to `pad_to`), batched as
-    the run batches them: length-grouped, or in a seeded random order. Its own samplers: counting never draws from
-    the training loader's generator, so a planned run sees the order an unplanned one sees (`bertmem train`)."""
+                        pad_to: int | None = None, multiple: int | None = None,
+                        max_length: int | None = None) -> int:
+    """Tokens one epoch's micro-batches hold once padded (to their longest example, rounded up to `multiple`, or
+    to `pad_to`), batched as the run batches them (`planned_batches`) (`bertmem train`)."""
     if pad_to is not None:
         return len(lengths) * pad_to
-    if group_by_length:
-        batches = LengthGroupedBatchSampler(lengths, micro_batch, shuffle=True, seed=seed).batches()
-    else:  # make_loader's shuffle, drawn by the same DataLoader machinery over the indices alone
-        generator = torch.Generator().manual_seed(seed)
-        batches = [batch.tolist() for batch in DataLoader(range(len(lengths)), micro_batch, shuffle=True,
-                                                          generator=generator)]
-    return int(sum(len(batch) * max(lengths[i] for i in batch) for batch in batches))
+    shapes = epoch_shapes(lengths, micro_batch, group_by_length, seed, multiple=multiple, max_length=max_length)
+    return int(sum(rows * length * count for (rows, length), count in shapes.items()))
 
 
 def cut_report(lengths: Sequence[int], max_length: int) -> dict[str, int]:

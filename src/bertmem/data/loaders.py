@@ -89,6 +89,10 @@ class DataConfig(RefusesRenamed):
         "help": "batch examples of similar length together (chapter 5)"})
     pad_to_max_length: bool = field(default=False, metadata={
         "help": "pad every training batch to --max-length (the naive baseline of chapter 5)"})
+    pad_to_multiple_of: int | None = field(default=None, metadata={
+        "help": "round each training batch's length up to a multiple of N, never past --max-length (64 in the "
+                "GPU profiles): a run meets at most max-length / N lengths, so a GPU sets its kernels up for few "
+                "shapes (chapter 5); --pad-to-max-length pads to one length instead"})
     data_seed: int = field(default=0, metadata={
         "help": "which examples the subsets take (hash-chosen); the training seed is --seed"})
     window: int | None = field(default=None, metadata={
@@ -111,6 +115,9 @@ class DataConfig(RefusesRenamed):
         if self.data_seed < 0:
             raise ValueError(f"data_seed must be >= 0, got {self.data_seed}")
         check_window(self.window, self.stride, self.max_length)
+        if self.pad_to_multiple_of is not None and self.pad_to_multiple_of < 1:
+            raise ValueError(f"pad_to_multiple_of must be >= 1, got {self.pad_to_multiple_of}: pass "
+                             "--pad-to-multiple-of 64, say, or leave it out")
         if self.join_texts and self.second_text_column is None:
             raise ValueError("join_texts needs second_text_column (--second-text-column): the column to join")
         if self.second_text_column is not None and not self.join_texts and (self.truncation != "head"
@@ -118,6 +125,10 @@ class DataConfig(RefusesRenamed):
             raise ValueError("a text pair is cut by the tokenizer from the longer text; truncation "
                              f"{self.truncation!r} and --window read one text: pass --join-texts, or "
                              "--truncation head without --window")
+
+    def padded_to(self) -> int | None:
+        """The one length every training batch is padded to (--pad-to-max-length), else None (chapter 5)."""
+        return self.max_length if self.pad_to_max_length else None
 
     def prepare_options(self) -> dict:
         """The keyword options this data passes to `prepare_frame` (those not at their defaults) (chapter A1)."""
@@ -230,10 +241,12 @@ def build_loaders(data: DataConfig, tokenizer, frames=None, seed: int = 0) -> Lo
                                      seed=seed, **read),
                        window_loader(eval_frame, tokenizer, documents_per_batch=data.eval_batch_size
                                      or 2 * data.micro_batch, **read))
-    pad = data.max_length if data.pad_to_max_length else None
     train = make_loader(tokenize_frame(train_frame, tokenizer, data.max_length, data.truncation), tokenizer,
                         data.micro_batch, shuffle=True, seed=seed, group_by_length=data.group_by_length,
-                        pad_to_max_length=pad)
+                        pad_to_max_length=data.padded_to(), pad_to_multiple_of=data.pad_to_multiple_of,
+                        max_length=data.max_length)
+    # evaluation is bucketed too: its lengths are new shapes for the card as well (the metrics do not change)
     evaluation = make_loader(tokenize_frame(eval_frame, tokenizer, data.max_length, data.truncation), tokenizer,
-                             data.eval_batch_size or 2 * data.micro_batch, group_by_length=True)
+                             data.eval_batch_size or 2 * data.micro_batch, group_by_length=True,
+                             pad_to_multiple_of=data.pad_to_multiple_of, max_length=data.max_length)
     return Loaders(train, evaluation)

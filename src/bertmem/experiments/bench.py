@@ -25,17 +25,25 @@ from bertmem.core.devices import (
 )
 from bertmem.core.flags import RefusesRenamed, shared_field
 from bertmem.core.units import MIB
-from bertmem.data.batching import widest_batch
+from bertmem.data.batching import epoch_batches, widest_batch
 from bertmem.data.frames import row_keys
-from bertmem.data.loaders import DataConfig, load_frames
+from bertmem.data.loaders import DataConfig, build_loaders, load_frames
 from bertmem.experiments.compare import Skip, arm_order, fit_arm
-from bertmem.experiments.cost import matmul_tflops, model_flops_utilisation
+from bertmem.experiments.cost import (
+    BatchWork,
+    MatmulShape,
+    counted_shape,
+    loader_work,
+    matmul_shape,
+    matmul_tflops,
+    model_flops_utilisation,
+)
 from bertmem.experiments.run import environment_info
 from bertmem.experiments.stats import compare_accuracies, compare_paired, step_timing, summarize
 from bertmem.loop.combined import prepare_model, train
 from bertmem.loop.config import RunConfig, TrainConfig
-from bertmem.loop.precision import choose_precision
-from bertmem.memory.estimate import estimate_step_memory
+from bertmem.loop.precision import DTYPES, choose_precision
+from bertmem.memory.estimate import estimate_step_memory, model_config
 from bertmem.memory.measure import measure_step_memory
 from bertmem.memory.planner import PlanRequest
 from bertmem.model.adapters import LORA_LR_FACTOR, LORA_RANK
@@ -154,8 +162,16 @@ def variant_measure(bench: BenchConfig, run: RunConfig, data: DataConfig, config
                                      precision=config.precision)
         model.zero_grad(set_to_none=True)
         reset_peak_memory(torch.device(run.device))
-        return {"report": report, "parameters": sum(p.numel() for p in model.parameters())}
+        return {"report": report, "shape": counted_shape(model)}  # after the levers: LoRA's adapters count
     return measure
+
+
+WORK_COLUMNS = ("padded tokens per epoch", "tokens per epoch", "training FLOPs per epoch", "useful FLOPs per epoch")
+
+
+def work_columns(work: BatchWork) -> dict[str, float]:
+    """One epoch's work as a bench row's columns (chapter 5, A3)."""
+    return dict(zip(WORK_COLUMNS, (work.padded_tokens, work.tokens, work.padded_flops, work.useful_flops)))
 
 
 def optimizer_bytes(result) -> int:
@@ -184,8 +200,6 @@ def run_variant(bench: BenchConfig, variant: str, frames, peak_tflops: dict[str,
     if done.note is not None:
         return {**row, "accuracy": float("nan"), "note": done.note}
     report, result, device = done.measured["report"], done.result, torch.device(run.device)
-    tokens = sum(b["input_ids"].numel() for b in done.loaders.train) * len(result.epochs)
-    num_params = done.measured["parameters"]
     epoch = result.final_metrics
     times = [h["step_time_s"] for h in result.history]
     kept = times[2:] if len(times) > 2 else times  # the first steps pay for allocation and warm caches
@@ -203,10 +217,15 @@ def run_variant(bench: BenchConfig, variant: str, frames, peak_tflops: dict[str,
     row["total (MiB)"] = row["activations (MiB)"] + row["weights+grads+optimizer (MiB)"]
     if peak_memory_bytes(device) is not None:
         row["CUDA peak (MiB)"] = peak_memory_bytes(device) / MIB
+    if done.measured["shape"] is None:  # an architecture the matmul count does not cover: no MFU
+        return row
+    # every epoch draws the same examples: the work of one pass over the loader, per epoch
+    work = loader_work(done.measured["shape"], epoch_batches(done.loaders.train, 1))  # as the loop drew it
+    row.update(work_columns(work))
     peak = peak_tflops.get(precision) if isinstance(peak_tflops, dict) else peak_tflops
-    if peak:
-        row["MFU"] = model_flops_utilisation(num_params, tokens, row["time per epoch (s)"] * len(result.epochs),
-                                             peak)
+    if peak:  # over the whole epoch's training time, first steps included
+        used = model_flops_utilisation(work, row["time per epoch (s)"], peak)
+        row.update({"MFU": used.padded, "useful MFU": used.useful})
     return row
 
 
@@ -230,8 +249,9 @@ def combine_rounds(rounds: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
                     "compute per round (s)": compute})
         if all(r.get("correct") is not None for r in runs):  # per seed, per test example: for pairing
             row["correct per seed"] = [r["correct"] for r in runs]
-        if all("MFU" in r for r in runs):
-            row["MFU"] = summarize([r["MFU"] for r in runs]).mean
+        for key in (*WORK_COLUMNS, "MFU", "useful MFU"):
+            if all(key in r for r in runs):
+                row[key] = summarize([r[key] for r in runs]).mean
         combined.append(row)
     return combined
 
@@ -294,8 +314,7 @@ def auto_precision_note(bench: BenchConfig) -> str | None:
 
 def matmul_peaks(bench: BenchConfig) -> dict[str, float]:
     """The measured matmul TFLOP/s of each precision the variants use: MFU's denominators, once per round."""
-    dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-    return {p: matmul_tflops(dtypes[p], bench.device) for p in precisions_used(bench)}
+    return {p: matmul_tflops(DTYPES[p], bench.device) for p in precisions_used(bench)}
 
 
 # Bench settings that only choose which rows run: a bench continued with more seeds or variants reuses its rows.
@@ -416,3 +435,45 @@ def run_bench(bench: BenchConfig, loop: Callable = train, finished: FinishedRuns
     return {"rows": rows, "rounds": rounds, "matmul_tflops": peaks, "matmul_tflops_per_round": peaks_per_round,
             "bf16_matmul_tflops": peaks.get("bf16"), "settings": asdict(bench), "environment": environment_info(),
             "precision note": note}
+
+
+def variant_shape(bench: BenchConfig, variant: str, num_labels: int) -> MatmulShape:
+    """The matmul shape of a variant's model, built on the meta device from its configuration with the
+    variant's levers (LoRA's adapters are linear layers too): no weights, no download (chapter 5, A3)."""
+    from transformers import AutoModelForSequenceClassification
+
+    _, _, config = variant_settings(bench, variant)
+    with torch.device("meta"):
+        model = AutoModelForSequenceClassification.from_config(model_config(bench.model_id, num_labels))
+        prepare_model(model, dataclasses.replace(config, gradient_checkpointing=False))
+    return matmul_shape(model)
+
+
+def rebuilt_work(bench: BenchConfig, variant: str, seed: int, tokenizer, shape: MatmulShape) -> BatchWork:
+    """One epoch's work of a (variant, seed) as the bench drew it: its training batches rebuilt from the same
+    data, tokenizer and seed (a recorded bench that predates the work columns) (chapter 5, A3)."""
+    _, data, _ = variant_settings(bench, variant, seed)
+    frames = load_frames(data)
+    return loader_work(shape, epoch_batches(build_loaders(data, tokenizer, frames, seed=seed).train, 1))
+
+
+def add_work(result: dict[str, Any], tokenizer, shapes: dict[str, MatmulShape], source: str) -> dict[str, Any]:
+    """A recorded bench's work and MFU, padded and useful, from its rebuilt batches: every round's row against
+    that round's measured peak, the combined rows the mean over rounds (chapter 5, A3). `source` says how the
+    batches were rebuilt; it is kept as `result["work"]`."""
+    fields = {k: v for k, v in result["settings"].items() if k in {f.name for f in dataclasses.fields(BenchConfig)}}
+    bench = BenchConfig(**{**fields, "seeds": tuple(fields["seeds"]), "variants": tuple(fields["variants"])})
+    for peaks, runs in zip(result["matmul_tflops_per_round"], result["rounds"]):
+        for row in runs:
+            if "note" in row:
+                continue
+            work = rebuilt_work(bench, row["variant"], row["seed"], tokenizer, shapes[row["variant"]])
+            used = model_flops_utilisation(work, row["time per epoch (s)"], peaks[row["precision"]])
+            row.update({**work_columns(work), "MFU": used.padded, "useful MFU": used.useful})
+    for row, runs in zip(result["rows"], zip(*result["rounds"])):
+        if "note" in row:
+            continue
+        for key in (*WORK_COLUMNS, "MFU", "useful MFU"):
+            row[key] = summarize([r[key] for r in runs]).mean
+    result["work"] = source
+    return result

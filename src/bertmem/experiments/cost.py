@@ -1,20 +1,144 @@
-"""What a fine-tune costs in FLOPs: measured matmul throughput and model-FLOPs utilisation (chapter 5).
+"""What a fine-tune costs in FLOPs: the model's matrix multiplies per example, measured matmul throughput and
+model-FLOPs utilisation, padded and useful (chapter 5, A3).
 
-Training costs 6 · parameters · tokens FLOPs (Kaplan et al., 2020); MFU is that over time, as a share of a peak."""
+Per example of s tokens the forward pass multiplies every token by the encoder's linear weights (2 FLOPs per
+weight), one token by the pooler's and the head's, and, in each of the L layers, forms QKᵀ and AV (2 · s² · d
+FLOPs each for hidden size d). The backward pass computes the gradient of every product's input (as many FLOPs
+again) and of every trained weight (as many as that weight's forward): a full fine-tune costs three times its
+forward pass, LoRA a little over two. Gradient checkpointing's second forward is not model work and is not
+counted. The often-quoted 6 · parameters · tokens (Kaplan et al., 2020) also counts the embeddings, which do no
+matrix multiply, and leaves out attention's products. The count holds for the BERT-like encoders of
+`COUNTED_TYPES`; other architectures (shared layers, relative-position attention, unpadding) refuse."""
 
 from __future__ import annotations
 
 import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import torch
+from torch import nn
 
 from bertmem.core.devices import synchronize
+from bertmem.loop.precision import DTYPES
+
+PEAK_SIZE = {"cuda": 8192, "cpu": 1024}  # the square matmul that measures a peak, by device type
+PEAK_REPEATS = 3
+
+
+COUNTED_TYPES = ("bert", "roberta", "xlm-roberta", "camembert", "electra", "distilbert")
+
+
+@dataclass(frozen=True)
+class MatmulShape:
+    """The weights a BERT-family classifier multiplies per token and per example, the trained share of each, and
+    its attention's size (chapter 5, A3)."""
+
+    per_token: int  # the encoder's linear weights: every token, padding included, passes through them
+    per_example: int  # the pooler's and the head's: one token per example
+    layers: int
+    hidden: int
+    per_token_trained: int | None = None  # None: every weight trained
+    per_example_trained: int | None = None
+
+    def training_flops(self, lengths: torch.Tensor) -> float:
+        """Forward and backward matmul FLOPs of examples of these `lengths` (tokens each) (chapter 5, A3)."""
+        lengths = lengths.to(torch.float64)
+        token_trained = self.per_token if self.per_token_trained is None else self.per_token_trained
+        example_trained = self.per_example if self.per_example_trained is None else self.per_example_trained
+        linear = 2 * self.per_token * lengths + 2 * self.per_example  # forward: 2 FLOPs per weight and token
+        attention = 4 * self.layers * self.hidden * lengths**2  # forward: QKᵀ and AV, per layer
+        weight_gradients = 2 * token_trained * lengths + 2 * example_trained  # trained weights only
+        # backward: each linear input's gradient costs its forward again (the first layer's input needs none
+        # when the embeddings are frozen, as under LoRA: counted anyway, a slight overcount); each attention
+        # product has two operands to differentiate, twice its forward
+        return float((2 * linear + weight_gradients + 3 * attention).sum())
+
+
+def matmul_shape(model: nn.Module) -> MatmulShape:
+    """Count `model`'s linear weights per token (its encoder) and per example (pooler and head), trained or
+    frozen (chapter 5, A3). Works on a model built on the meta device: only shapes and flags are read."""
+    backbone = model.get_base_model() if hasattr(model, "get_base_model") else model  # a PEFT wrapper
+    config = backbone.config
+    if config.model_type not in COUNTED_TYPES:
+        raise ValueError(f"the matmul count covers BERT-like encoders ({', '.join(COUNTED_TYPES)}), not "
+                         f"{config.model_type!r}: no MFU for this model")
+    encoder = getattr(backbone, "base_model", backbone)
+
+    def weights(modules, trained_only: bool) -> int:
+        return sum(m.weight.numel() for name, m in modules if isinstance(m, nn.Linear)
+                   and (m.weight.requires_grad or not trained_only))
+
+    per_token = [(n, m) for n, m in encoder.named_modules() if "pooler" not in n.split(".")]
+    per_token_ids = {id(m) for _, m in per_token}
+    # PEFT keeps a frozen `original_module` beside the head it trains: only one of the two runs
+    per_example = [(n, m) for n, m in backbone.named_modules()
+                   if id(m) not in per_token_ids and "original_module" not in n.split(".")]
+    return MatmulShape(per_token=weights(per_token, False), per_example=weights(per_example, False),
+                       layers=config.num_hidden_layers, hidden=config.hidden_size,
+                       per_token_trained=weights(per_token, True), per_example_trained=weights(per_example, True))
+
+
+@dataclass(frozen=True)
+class BatchWork:
+    """The training FLOPs of batches, over every position the card computed and over the examples' own tokens
+    (chapter 5, A3)."""
+
+    padded_tokens: int
+    tokens: int  # without padding
+    padded_flops: float
+    useful_flops: float
+
+    def share(self, part: float) -> BatchWork:
+        """This work times `part` (one process's share of a data-parallel epoch)."""
+        return BatchWork(round(self.padded_tokens * part), round(self.tokens * part), self.padded_flops * part,
+                         self.useful_flops * part)
+
+    def __add__(self, other: BatchWork) -> BatchWork:
+        return BatchWork(self.padded_tokens + other.padded_tokens, self.tokens + other.tokens,
+                         self.padded_flops + other.padded_flops, self.useful_flops + other.useful_flops)
+
+
+def batch_work(shape: MatmulShape, attention_mask: torch.Tensor) -> BatchWork:
+    """One batch's work: every row at the padded length, and each at its own length (chapter 5, A3)."""
+    rows, padded = attention_mask.shape
+    lengths = attention_mask.sum(dim=1)
+    return BatchWork(padded_tokens=rows * padded, tokens=int(lengths.sum()),
+                     padded_flops=shape.training_flops(torch.full((rows,), padded)),
+                     useful_flops=shape.training_flops(lengths))
+
+
+def epoch_work(shape: MatmulShape, lengths: Sequence[int], shapes: Counter) -> BatchWork:
+    """One epoch's work from its examples' own lengths and its (examples, padded length) shapes
+    (`data.frames.epoch_shapes`): no pass over the data (`bertmem train`)."""
+    padded = sum(shape.training_flops(torch.full((rows,), length)) * count for (rows, length), count in shapes.items())
+    return BatchWork(padded_tokens=sum(rows * length * count for (rows, length), count in shapes.items()),
+                     tokens=int(sum(lengths)), padded_flops=float(padded),
+                     useful_flops=shape.training_flops(torch.as_tensor(list(lengths))))
+
+
+def counted_shape(model: nn.Module) -> MatmulShape | None:
+    """The model's matmul shape, or None for an architecture the count does not cover (no MFU for it)."""
+    try:
+        return matmul_shape(model)
+    except ValueError:
+        return None
+
+
+def loader_work(shape: MatmulShape, batches) -> BatchWork:
+    """The work of these batches: one epoch's (`data.batching.epoch_batches`) (chapter 5, A3)."""
+    total = BatchWork(0, 0, 0.0, 0.0)
+    for batch in batches:
+        total = total + batch_work(shape, batch["attention_mask"])
+    return total
 
 
 def matmul_tflops(dtype: torch.dtype = torch.bfloat16, device: str = "cpu", n: int | None = None,
-                  repeats: int = 3) -> float:
+                  repeats: int = PEAK_REPEATS) -> float:
     """Measured dense matmul throughput in TFLOP/s: the denominator of model-FLOPs utilisation (chapter 5)."""
-    n = n or (8192 if device.startswith("cuda") else 1024)
+    n = n or PEAK_SIZE["cuda" if device.startswith("cuda") else "cpu"]
     a = torch.randn(n, n, device=device, dtype=dtype)
     b = torch.randn(n, n, device=device, dtype=dtype)
     a @ b  # warm-up
@@ -28,8 +152,40 @@ def matmul_tflops(dtype: torch.dtype = torch.bfloat16, device: str = "cpu", n: i
     return 2 * n**3 / best / 1e12
 
 
-def model_flops_utilisation(num_params: int, tokens: int, seconds: float, peak_tflops: float) -> float:
-    """6 · parameters · tokens / time, as a share of the peak (Kaplan et al.'s training FLOPs) (chapter 5)."""
+def peak_method(device: str, float32_precision: str | None = None) -> str:
+    """How `matmul_tflops` measured a peak, TF32 included: the line printed beside every MFU (chapter 5, A3).
+
+    The peak is this machine's measured rate, not a datasheet's: MFU against it reads higher than against the
+    datasheet peak."""
+    kind = "cuda" if device.startswith("cuda") else "cpu"
+    precision = float32_precision or torch.get_float32_matmul_precision()
+    tf32 = ("TF32 off" if precision == "highest"
+            else "TF32 or lower allowed: the fp32 rate is not full fp32")
+    where = f"; fp32 at float32 matmul precision '{precision}' ({tf32})" if kind == "cuda" else ""
+    return (f"peak: measured here, one {PEAK_SIZE[kind]:,} × {PEAK_SIZE[kind]:,} matmul per precision, the best "
+            f"of {PEAK_REPEATS} after a warm-up{where}")
+
+
+@dataclass(frozen=True)
+class Utilisation:
+    """Model-FLOPs utilisation over every computed position (padded) and over the examples' own tokens
+    (useful) (chapter 5, A3)."""
+
+    padded: float
+    useful: float
+
+
+def run_utilisation(work: BatchWork, seconds: float, precision: str, device: str) -> dict[str, Any]:
+    """MFU, padded and useful, of a run's epoch against a matmul peak measured now in its precision, with how the
+    peak was measured: what `bertmem train` prints and keeps (chapter 5)."""
+    peak = matmul_tflops(DTYPES[precision], device)
+    used = model_flops_utilisation(work, seconds, peak)
+    return {"MFU": used.padded, "useful MFU": used.useful, "peak TFLOP/s": peak, "peak": peak_method(device)}
+
+
+def model_flops_utilisation(work: BatchWork, seconds: float, peak_tflops: float) -> Utilisation:
+    """The work's matmul FLOPs per second as a share of the measured peak: padded and useful (chapter 5, A3)."""
     if seconds <= 0 or peak_tflops <= 0:
         raise ValueError(f"seconds and peak_tflops must be > 0, got {seconds} and {peak_tflops}")
-    return 6 * num_params * tokens / seconds / (peak_tflops * 1e12)
+    rate = seconds * peak_tflops * 1e12
+    return Utilisation(padded=work.padded_flops / rate, useful=work.useful_flops / rate)

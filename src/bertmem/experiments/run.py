@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import platform
@@ -17,24 +18,41 @@ import torch
 from bertmem.core.devices import (
     CPU_BF16_ENV,
     cuda_available,
+    cudnn_attention,
+    cudnn_attention_first,
+    cudnn_runtime_version,
+    device_capability,
     device_name,
+    forced_capability,
     forced_flag,
+    model_device,
     native_cpu_bf16,
     require_device,
     resolve_device,
+    sdpa_picks_cudnn,
 )
 from bertmem.core.locks import lock_output_folder
 from bertmem.core.runtime import seed_everything
 from bertmem.data.frames import (
     PrepareFrame,
     cut_line,
+    bucket_length,
     cut_report,
-    epoch_padded_tokens,
+    epoch_shapes,
     prepare_frame,
     token_lengths,
 )
 from bertmem.data.loaders import DataConfig, build_loaders, load_frames
-from bertmem.experiments.fit import FitRequest, RunPlan, plan_run, plan_summary, with_epoch_estimate
+from bertmem.experiments.cost import counted_shape, epoch_work, run_utilisation
+from bertmem.experiments.fit import (
+    FitRequest,
+    RunPlan,
+    attention_kernel_rule,
+    bucket_for,
+    plan_run,
+    plan_summary,
+    with_epoch_estimate,
+)
 from bertmem.experiments.predict import Reading, class_probabilities, save_reading
 from bertmem.experiments.report import class_report, save_confusion
 from bertmem.loop.accelerate_loop import train_with_accelerate
@@ -42,6 +60,7 @@ from bertmem.loop.baseline import TrainResult, evaluate, predict
 from bertmem.loop.checkpoint import CHECKPOINT_NAME
 from bertmem.loop.combined import encoder_levers, train
 from bertmem.loop.config import TINY_MODEL, RunConfig, TrainConfig
+from bertmem.loop.precision import DTYPES, choose_precision
 from bertmem.loop.hf_trainer import train_with_trainer
 from bertmem.model.adapters import has_lora, merge_lora
 from bertmem.model.chunked import ChunkedClassifier
@@ -126,8 +145,9 @@ def trained_summary(run: RunConfig, data: DataConfig, config: TrainConfig, prepa
     print(cut_line(cuts["train"], data.max_length, data.truncation, data.window, pair=pair))  # never cut silently
     plan = None
     if fit is not None:  # before the model takes memory: a plan that does not fit stops here
-        plan = planned_once(run) or plan_run(fit, run, data, config,
-                                             [min(n, data.max_length) for n in lengths["train"]])
+        planned = [data.padded_to() or bucket_length(min(n, data.max_length), data.pad_to_multiple_of,
+                                                     data.max_length) for n in lengths["train"]]
+        plan = planned_once(run) or plan_run(fit, run, data, config, planned)
         data = dataclasses.replace(data, micro_batch=plan.micro_batch)
         config = dataclasses.replace(config, accumulation_steps=plan.accumulation_steps)
     seed_everything(config.seed)  # the new classifier head is drawn here: same seed, same run
@@ -141,15 +161,23 @@ def trained_summary(run: RunConfig, data: DataConfig, config: TrainConfig, prepa
     if plan is not None and run.output_dir:  # a resumed run takes this plan again, whatever memory is free then
         (Path(run.output_dir) / PLAN_FILE).write_text(json.dumps(plan_summary(plan), indent=1, default=str))
     loaders = build_loaders(data, tokenizer, frames, seed=config.seed)
+    read = [min(n, data.max_length) for n in lengths["train"]]
+    shapes = None if data.window is not None else epoch_shapes(
+        read, data.micro_batch, data.group_by_length, config.seed, data.padded_to(), data.pad_to_multiple_of,
+        data.max_length)
+    keep_cudnn, kernels = True, None
+    if shapes is not None:  # counted before the run starts: what the card sets its kernels up for
+        print(shapes_line(shapes, data), flush=True)
+        keep_cudnn, kernels = kernel_choice(run, config, model, device, shapes, data.max_length)
     if plan is not None:
-        read = [min(n, data.max_length) for n in lengths["train"]]
-        pad = data.max_length if data.pad_to_max_length else None
-        tokens = (epoch_padded_tokens(read, data.micro_batch, data.group_by_length, config.seed, pad)
-                  if data.window is None else sum(read))  # windows: each text's tokens as read
+        # windows: each text's tokens as read
+        tokens = sum(rows * n * count for (rows, n), count in shapes.items()) if shapes is not None else sum(read)
         plan = with_epoch_estimate(plan, run, config, len(frames[0]), tokens)
         print("\n".join(plan.lines(len(frames[0]), tokens, max(read))), flush=True)
     identity = dict(asdict(run), **asdict(data), label_names=list(names))  # train() adds fingerprint and size
-    result = run_backend(run, model, loaders.train, config, loaders.eval, identity)
+    with contextlib.nullcontext() if keep_cudnn else cudnn_attention(False):  # as it was, after the run
+        result = run_backend(run, model, loaders.train, config, loaders.eval, identity)
+    utilisation = None if shapes is None else epoch_utilisation(model, read, shapes, result, config)
     predictions = result.predictions if result.predictions is not None else predict(model, loaders.eval)
     summary = {"final": result.final_metrics, "epochs": result.epochs, "history": result.history,
                "precision": result.precision, "skipped_steps": result.skipped_steps, "backoffs": result.backoffs,
@@ -158,12 +186,66 @@ def trained_summary(run: RunConfig, data: DataConfig, config: TrainConfig, prepa
                "train_examples": len(frames[0]), "eval_examples": len(frames[1]), "environment": environment_info(),
                **class_report(predictions, list(names)), "longer_than_max_length": cuts,
                "plan": None if plan is None else plan_summary(plan),
+               "shapes": None if shapes is None else {f"{rows}×{length}": n
+                                                      for (rows, length), n in sorted(shapes.items())},
+               "attention_kernels": kernels, "utilisation": utilisation,
                "checkpoints": {"saves": result.checkpoint_saves, "time_s": result.checkpoint_time_s,
                                "share": result.checkpoint_share,
                                "periodic_share": result.periodic_checkpoint_share}}
     if run.output_dir:
         write_outputs(Path(run.output_dir), run, data, config, summary, result, model, tokenizer)
     return summary
+
+
+def shapes_line(shapes, data: DataConfig) -> str:
+    """'shapes: 14 (micro-batch × padded length) in one epoch, 12 lengths …' (chapter 5, `bertmem train`)."""
+    lengths = {length for _, length in shapes}
+    if data.padded_to() is not None:
+        how = "every batch padded to --max-length"
+    elif data.pad_to_multiple_of is not None:
+        how = f"lengths rounded up to multiples of {data.pad_to_multiple_of}"
+    else:
+        how = (f"each batch padded to its longest example (--pad-to-multiple-of {bucket_for(data.max_length)} "
+               "meets fewer)")
+    return (f"shapes: {len(shapes)} (micro-batch × padded length) in one epoch, {len(lengths)} lengths from "
+            f"{min(lengths)} to {max(lengths)}; {how}")
+
+
+def kernel_choice(run: RunConfig, config: TrainConfig, model, device: torch.device | None, shapes,
+                  max_length: int) -> tuple[bool, str | None]:
+    """Chapter 5's attention-kernel rule for the card this run trains on: (keep cuDNN's attention, the line
+    printed; None where there is nothing to decide: a CPU, eager attention)."""
+    where = device if device is not None else torch.device("cuda" if cuda_available() else "cpu")
+    if where.type != "cuda" or run.attention != "sdpa":
+        return True, None
+    forced = forced_capability()  # another card's answer, from the source's rule; else PyTorch's own, here
+    precision = choose_precision(config.precision, "cuda", capability=forced or device_capability(where),
+                                 verbose=False).precision
+    attention = model.config
+    heads = attention.num_attention_heads
+    cudnn_first = (cudnn_attention_first(forced, cudnn_runtime_version(), precision) if forced is not None
+                   else sdpa_picks_cudnn(where, DTYPES[precision], heads, attention.hidden_size // heads,
+                                         getattr(attention, "attention_probs_dropout_prob", 0.0)))
+    keep, line = attention_kernel_rule(cudnn_first, len({length for _, length in shapes}), max_length)
+    print(line, flush=True)
+    return keep, line
+
+
+def epoch_utilisation(model, read: list[int], shapes, result: TrainResult,
+                      config: TrainConfig) -> dict[str, Any] | None:
+    """The trained epochs' MFU, padded and useful, against a peak measured now; printed (chapter 5). None where
+    it cannot be said: an architecture the count does not cover, a run cut short by --max-steps, no timed epoch."""
+    shape = counted_shape(model)  # after the levers: LoRA's adapters count, frozen weights get no gradient
+    times = [e["train_time_s"] for e in result.epochs if "train_time_s" in e]
+    if shape is None or not times or config.max_steps is not None:
+        return None
+    # periodic checkpoint saves fall inside the epochs' time and are not training
+    seconds = (sum(times) - result.checkpoint_time_s + result.checkpoint_after_epochs_s) / len(times)
+    work = epoch_work(shape, read, shapes).share(1 / max(1, result.num_processes))  # each card's share
+    used = run_utilisation(work, seconds, result.precision, model_device(model).type)
+    print(f"MFU {used['MFU']:.1%} of the measured {used['peak TFLOP/s']:.1f} TFLOP/s, {used['useful MFU']:.1%} "
+          f"counting the examples' own tokens ({used['peak']})", flush=True)
+    return used
 
 
 PLAN_FILE = "plan.json"  # the micro-batch and accumulation a planned run chose, for --resume

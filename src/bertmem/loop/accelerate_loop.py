@@ -100,7 +100,8 @@ def train_with_accelerate(model: torch.nn.Module, train_loader, config: TrainCon
     else:
         optimizer, scheduler = make_optimizer_and_scheduler(model, config, total)
         model, optimizer, loader = accelerator.prepare(model, optimizer, train_loader)
-    result = TrainResult(precision=accelerator.mixed_precision)
+    # the book's name for the precision (Accelerate calls fp32 "no")
+    result = TrainResult(precision={v: k for k, v in ACCELERATE_PRECISION.items()}[accelerator.mixed_precision])
     step, window_loss = 0, torch.zeros((), device=accelerator.device)
     for epoch in range(1, config.epochs + 1):
         model.train()

@@ -1,0 +1,150 @@
+"""Model FLOPs and utilisation (`bertmem.experiments.cost`): the matmul count against PyTorch's own FLOP
+counter, padded against useful work, and the recorded benches' MFU rebuilt from their batches (chapter 5, A3)."""
+
+
+import pytest
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+from transformers import BertConfig, BertForSequenceClassification
+
+from bertmem.book.gpu_measured import (
+    first_meeting_excess,
+    pass_noise,
+    recipe_peak_against_planner,
+    recipe_work,
+    recorded_gpu_run,
+)
+from bertmem.book.bench_info import recorded_bench
+from bertmem.experiments.bench import BenchConfig, variant_shape
+from bertmem.experiments.cost import (
+    BatchWork,
+    batch_work,
+    matmul_shape,
+    model_flops_utilisation,
+    peak_method,
+)
+from bertmem.memory.estimate import parameter_count
+
+TINY = dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, intermediate_size=128, vocab_size=500,
+            num_labels=3)
+
+
+@pytest.mark.parametrize("attention", ["eager", "sdpa"])
+def test_the_matmul_count_is_what_pytorchs_flop_counter_counts_in_a_training_step(attention):
+    """Forward and backward of a classifier: every mm, addmm and bmm (or SDPA) PyTorch counts, and no more."""
+    torch.manual_seed(0)
+    model = BertForSequenceClassification(BertConfig(**TINY, attn_implementation=attention)).train()
+    ids, mask = torch.randint(5, 500, (3, 16)), torch.ones(3, 16, dtype=torch.long)
+    with FlopCounterMode(display=False) as counter:
+        model(input_ids=ids, attention_mask=mask, labels=torch.tensor([0, 1, 2])).loss.backward()
+    assert batch_work(matmul_shape(model), mask).padded_flops == counter.get_total_flops()
+
+
+def test_six_n_overstates_bert_bases_matmul_work_at_512_tokens():
+    shape = variant_shape(BenchConfig(model_id="bert-base-uncased"), "fp32 baseline", 2)
+    assert shape.per_token == 12 * (4 * 768**2 + 2 * 768 * 3072)  # Q, K, V, output, and the two FFN matrices
+    assert shape.per_example == 768**2 + 768 * 2  # the pooler and the head: one token per example
+    six_n = 6 * parameter_count("bert-base-uncased") * 512
+    matmul = shape.training_flops(torch.tensor([512]))
+    assert 1.14 < six_n / matmul < 1.18  # the embeddings' 23.8 M weights multiply nothing
+
+
+def test_lora_adds_its_adapters_and_drops_the_frozen_weights_gradients():
+    bench = BenchConfig(model_id="bert-base-uncased")
+    full, lora = (variant_shape(bench, v, 2) for v in ("full recipe", "smallest footprint"))
+    assert lora.per_token > full.per_token and lora.per_example == full.per_example  # the head counted once
+    assert full.per_token_trained == full.per_token and lora.per_token_trained < 0.01 * lora.per_token
+    lengths = torch.tensor([512])
+    assert 0.65 < lora.training_flops(lengths) / full.training_flops(lengths) < 0.72  # about 2 forwards of 3
+
+
+@pytest.mark.slow
+def test_lora_training_flops_are_what_pytorch_counts_give_or_take_the_first_layers_input():
+    from bertmem.model.adapters import apply_lora
+
+    torch.manual_seed(0)
+    model = BertForSequenceClassification(BertConfig(**TINY, attn_implementation="eager"))
+    apply_lora(model, r=4)  # in place
+    ids, mask = torch.randint(5, 500, (3, 16)), torch.ones(3, 16, dtype=torch.long)
+    with FlopCounterMode(display=False) as counter:
+        model(input_ids=ids, attention_mask=mask, labels=torch.tensor([0, 1, 2])).loss.backward()
+    counted = batch_work(matmul_shape(model), mask).padded_flops
+    assert counter.get_total_flops() <= counted < 1.2 * counter.get_total_flops()
+
+
+def test_an_architecture_the_count_does_not_cover_is_refused_by_name():
+    from transformers import AlbertConfig, AlbertForSequenceClassification
+
+    with torch.device("meta"):
+        albert = AlbertForSequenceClassification(AlbertConfig(num_hidden_layers=2, hidden_size=64,
+                                                              num_attention_heads=4, intermediate_size=128))
+    with pytest.raises(ValueError, match="not 'albert': no MFU for this model"):
+        matmul_shape(albert)
+
+
+def test_padding_is_work_the_card_does_and_useful_mfu_leaves_it_out():
+    shape = matmul_shape(BertForSequenceClassification(BertConfig(**TINY)))
+    mask = torch.tensor([[1] * 8, [1] * 2 + [0] * 6])
+    work = batch_work(shape, mask)
+    assert (work.padded_tokens, work.tokens) == (16, 10)
+    ones = [torch.ones(1, n, dtype=torch.long) for n in (8, 2)]
+    alone = batch_work(shape, ones[0]) + batch_work(shape, ones[1])
+    assert work.useful_flops == alone.useful_flops < work.padded_flops
+    # 2 s at a peak of the work per second: twice the work
+    used = model_flops_utilisation(work, seconds=2.0, peak_tflops=work.padded_flops / 1e12)
+    assert used.padded == pytest.approx(0.5)
+    assert used.useful == pytest.approx(0.5 * alone.padded_flops / work.padded_flops)
+    with pytest.raises(ValueError, match="must be > 0"):
+        model_flops_utilisation(BatchWork(1, 1, 1.0, 1.0), 0.0, 1.0)
+
+
+def test_the_peak_method_says_whether_tf32_was_allowed():
+    assert "TF32 off" in peak_method("cuda", "highest")
+    assert "8,192 × 8,192" in peak_method("cuda", "highest")
+    assert "TF32 or lower allowed" in peak_method("cuda", "high") and "'medium'" in peak_method("cuda", "medium")
+    assert "measured here" in peak_method("cuda", "highest")  # not a datasheet's
+    assert "TF32" not in peak_method("cpu", "highest") and "1,024" in peak_method("cpu")
+
+
+# --- the recorded benches, their MFU recomputed from rebuilt batches (scripts/add_work.py) ---
+
+RUN = recorded_gpu_run()
+
+
+@pytest.mark.parametrize("bench", [recorded_bench(), RUN["bench"], RUN["bench, cuDNN attention off"]],
+                         ids=["cpu", "gpu default", "gpu cudnn off"])
+def test_every_recorded_mfu_follows_from_its_rounds_work_time_and_peak(bench):
+    assert "rebuilt" in bench["work"]
+    settings = bench["settings"]
+    for peaks, runs in zip(bench["matmul_tflops_per_round"], bench["rounds"]):
+        for row in runs:
+            work = BatchWork(row["padded tokens per epoch"], row["tokens per epoch"],
+                             row["training FLOPs per epoch"], row["useful FLOPs per epoch"])
+            used = model_flops_utilisation(work, row["time per epoch (s)"], peaks[row["precision"]])
+            assert (row["MFU"], row["useful MFU"]) == pytest.approx((used.padded, used.useful))
+            if row["padding"].startswith("to "):  # padded to the limit: every example at max_length
+                assert row["padded tokens per epoch"] == settings["train_size"] * settings["max_length"]
+            assert row["tokens per epoch"] <= row["padded tokens per epoch"]
+
+
+def test_the_rebuilt_batches_are_the_ones_the_gpu_run_trained_on():
+    """The run's own MFU was 6 · parameters · padded tokens over time and peak: the padded tokens it implied
+    (285,120 and 285,160 for the recipe's two seeds) are exactly those of the rebuilt first epoch."""
+    for row in (r for runs in RUN["bench"]["rounds"] for r in runs if r["variant"] == "full recipe"):
+        implied = {0: 285_120, 1: 285_160}[row["seed"]]
+        assert row["padded tokens per epoch"] == implied
+
+
+def test_the_recipes_epoch_time_ratio_is_its_work_over_its_rate():
+    work = recipe_work(RUN)
+    assert work["epoch time ratio"] == pytest.approx(work["work ratio"] / work["rate ratio"])
+    assert 0.5 < work["padded token ratio"] < 0.6 and work["rate ratio"] < 1  # less work, done more slowly
+
+
+def test_the_first_meeting_excess_and_the_pass_noise_come_from_the_recorded_steps():
+    excess = first_meeting_excess(RUN)
+    assert [round(x, 1) for x in excess["excess per round (s)"]] == [17.3, 9.5]
+    assert (excess["steps per round"], excess["micro-batches per round"]) == (30, 120)
+    assert pass_noise(RUN) == pytest.approx(34.2919460000104 / 29.946389499997395 - 1)
+    peak = recipe_peak_against_planner(RUN)
+    assert peak["nominal allocated"] < peak["recipe allocated"] and peak["recipe with context"] > peak["planner asks"]
