@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import sys
 import tempfile
 import time
@@ -48,39 +47,16 @@ from bertmem.data.loaders import DataConfig, load_frames  # noqa: E402
 from bertmem.experiments.bench import BenchConfig, run_bench, write_json_atomic  # noqa: E402
 from bertmem.experiments.run import environment_info  # noqa: E402
 from bertmem.experiments.gpu_calibration import (  # noqa: E402
-    BASE, CALIBRATION_SHAPES, add_estimates, measure_shape, random_classifier)
+    BASE, CALIBRATION_SHAPES, TINY, add_estimates, config_for, measure_shape, model_folder, random_classifier)
 from bertmem.loop import RunConfig, TrainConfig, train, train_with_accelerate, train_with_trainer  # noqa: E402
 from bertmem.loop.precision import choose_precision  # noqa: E402
-from bertmem.memory.estimate import model_config  # noqa: E402
 from bertmem.model.loading import load_tokenizer  # noqa: E402
 
-TINY = {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 2, "intermediate_size": 128}
 PARTS = ("planner", "bench", "backends")
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt")
 GPU_SIZES = {"bench_train": 1024, "bench_eval": 512, "bench_length": 512, "effective_batch": 32,
              "backend_examples": 128, "backend_length": 128, "backend_micro_batch": 8}
 DRY_SIZES = {"bench_train": 16, "bench_eval": 8, "bench_length": 64, "effective_batch": 8,
              "backend_examples": 16, "backend_length": 32, "backend_micro_batch": 4}
-
-
-def config_for(model_id: str, overrides: dict | None):
-    """The model's vendored configuration, shrunk in a dry run."""
-    config = model_config(model_id)
-    for key, value in (overrides or {}).items():
-        setattr(config, key, value)
-    return config
-
-
-def model_folder(model_id: str, overrides: dict | None, tokenizer: Path, folder: Path) -> Path:
-    """A model folder as from_pretrained reads it: random weights from the configuration, the tokenizer's files."""
-    if not any((tokenizer / name).is_file() for name in ("vocab.txt", "tokenizer.json")):
-        raise SystemExit(f"{tokenizer} holds no tokenizer (vocab.txt or tokenizer.json): pass --tokenizer the folder "
-                         "of bert-base-uncased's tokenizer, or the MiniLM package's model folder (the same vocabulary)")
-    random_classifier(model_id, "sdpa", config=config_for(model_id, overrides)).save_pretrained(folder)
-    for name in TOKENIZER_FILES:  # the tokenizer's files only: a model folder's weights stay behind
-        if (tokenizer / name).is_file():
-            shutil.copy(tokenizer / name, folder / name)
-    return folder
 
 
 def environment(device: str, idle_used: int | None) -> dict:

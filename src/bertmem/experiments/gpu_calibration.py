@@ -9,7 +9,9 @@ model (allocator margin, CUDA context) beside them, on any machine: the estimate
 from __future__ import annotations
 
 import gc
+import shutil
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -59,6 +61,31 @@ def random_classifier(model_id: str, attention: str, seed: int = 0, config=None)
     the pretrained one (A3)."""
     torch.manual_seed(seed)
     return classifier_from_config(config if config is not None else model_config(model_id), attention)
+
+
+TINY = {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 2, "intermediate_size": 128}  # dry runs
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt")
+
+
+def config_for(model_id: str, overrides: dict | None):
+    """The model's vendored configuration, with `overrides` (a dry run's tiny sizes) (A3)."""
+    config = model_config(model_id)
+    for key, value in (overrides or {}).items():
+        setattr(config, key, value)
+    return config
+
+
+def model_folder(model_id: str, overrides: dict | None, tokenizer: Path, folder: Path) -> Path:
+    """A model folder as from_pretrained reads it: random weights from the configuration, the tokenizer's files
+    (a lent GPU has no Hub) (A3)."""
+    if not any((tokenizer / name).is_file() for name in ("vocab.txt", "tokenizer.json")):
+        raise SystemExit(f"{tokenizer} holds no tokenizer (vocab.txt or tokenizer.json): pass --tokenizer the folder "
+                         "of bert-base-uncased's tokenizer, or the MiniLM package's model folder (the same vocabulary)")
+    random_classifier(model_id, "sdpa", config=config_for(model_id, overrides)).save_pretrained(folder)
+    for name in TOKENIZER_FILES:  # the tokenizer's files only: a model folder's weights stay behind
+        if (tokenizer / name).is_file():
+            shutil.copy(tokenizer / name, folder / name)
+    return folder
 
 
 def measure_shape(shape: StepShape, device: str = "cuda", config=None) -> dict[str, Any]:
