@@ -9,7 +9,7 @@ TORCH_SPEC ?= torch==2.13.0
 HAS_GPU := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && echo yes)
 
 
-.PHONY: install lint check colab-stack execute test unit notebooks notebooks-gpu-profile book site-check bench bench-estimator bench-planner bench-stability fit-page gpu-check gpu-measure clean
+.PHONY: install lint check colab-stack execute test unit notebooks notebooks-gpu-profile book site-check bench bench-estimator bench-planner bench-stability fit-page gpu-check gpu-check-t4 gpu-measure clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -96,6 +96,13 @@ bench-stability: install
 # (wall time, CUDA peak, the planner's estimate, versions). Refuses to run without a GPU.
 gpu-check: install
 	$(PY) scripts/gpu_check.py --output results/gpu
+
+# The same on a bigger card as a T4 would run it, as far as a cap can: 15,360 MiB with the context, fp16,
+# memory-efficient SDPA; the chapters that matter most for a T4 first.
+gpu-check-t4: install
+	$(PY) scripts/gpu_check.py --as-t4 --output results/gpu book/03_mixed_precision.ipynb \
+		book/05_optimized_loop.ipynb book/08_below_the_floor.ipynb book/01_pain_points.ipynb \
+		book/02_gradient_accumulation.ipynb book/09_beyond_512.ipynb
 
 # On a machine with a CUDA GPU: the planner against the allocator (13 shapes), chapter 5's baseline against its
 # recipe, the three loops' losses -> results/gpu/measured.json, then the planner's estimates beside the rows and

@@ -10,7 +10,15 @@ environment overrides (MiniLM, 16 examples, 64 tokens): `make test` runs it so a
 takes cannot raise unseen. `--cpu-bf16 other` runs it as the other kind of CPU would (native bf16 or not, forced
 through $BERTMEM_CPU_BF16), so one machine exercises both kinds. It exits 1 when any notebook fails.
 
-Usage: python scripts/gpu_check.py [--output results/gpu] [--allow-cpu | --dry-run [--cpu-bf16 KIND]] [notebook ...]
+--as-t4 runs the chapters on a bigger card as a Colab T4 would, as far as a cap can: the process capped so that
+its allocator plus the CUDA context measured in the kernel make a T4's 15,360 MiB
+(`torch.cuda.set_per_process_memory_fraction`), fp16 with loss scaling (`BERTMEM_CUDA_CAPABILITY=7.5`: `auto`
+picks what a T4 gets) and SDPA limited to the memory-efficient kernel (flash and cuDNN attention need sm80; a T4
+has neither). A T4's own kernels and speed are not reproduced: its times are this card's. A chapter that does not
+fit is recorded with its error.
+
+Usage: python scripts/gpu_check.py [--output results/gpu] [--allow-cpu | --dry-run [--cpu-bf16 KIND]] [--as-t4]
+           [notebook ...]
 """
 
 from __future__ import annotations
@@ -37,16 +45,34 @@ print("GPU-CHECK " + _json.dumps({
     "cuda_peak_bytes": _torch.cuda.max_memory_allocated() if _cuda else None,
     "gpu": _torch.cuda.get_device_name(0) if _cuda else "cpu",
     "torch": _torch.__version__, "transformers": _transformers.__version__,
-    "python": _platform.python_version()}))"""
+    "python": _platform.python_version(),
+    "cuda_reserved_peak_bytes": _torch.cuda.max_memory_reserved() if _cuda else None}))"""
+T4_USABLE_MIB = 15360  # what a Colab T4 offers a process (the card's 15,360 MiB as nvidia-smi shows it)
+T4_ENV = {"BERTMEM_CUDA_CAPABILITY": "7.5"}  # `auto` precision picks fp16 + GradScaler, as on a T4
+T4_PRELUDE = f"""import json as _json, torch as _torch
+from bertmem.core.devices import card_used_bytes as _used
+_cuda = _torch.device("cuda")
+_idle = _used(_cuda)  # before this kernel's context exists
+_torch.empty(1, device=_cuda)
+_context = (_used(_cuda) - _idle - _torch.cuda.memory_reserved()) if _idle is not None else 0
+_total = _torch.cuda.get_device_properties(0).total_memory
+_cap = {T4_USABLE_MIB} * 2**20 - _context
+_torch.cuda.set_per_process_memory_fraction(_cap / _total)
+_torch.backends.cuda.enable_flash_sdp(False)  # sm80+ only: a T4 runs the memory-efficient kernel
+_torch.backends.cuda.enable_cudnn_sdp(False)
+print("GPU-CHECK " + _json.dumps({{"t4_cap_bytes": _cap, "context_bytes": _context}}))"""
 
 
-def run_notebook(path: Path, env: dict[str, str], timeout: int = 1800) -> dict:
-    """Execute one notebook (its own folder as working directory) plus a probe cell; its record."""
+def run_notebook(path: Path, env: dict[str, str], timeout: int = 1800, prelude: str | None = None) -> dict:
+    """Execute one notebook (its own folder as working directory) plus a probe cell, after `prelude` (--as-t4's
+    cap) when given; its record."""
     import nbformat
     from nbclient import NotebookClient
 
     notebook = nbformat.read(path, as_version=4)
     notebook.cells.append(nbformat.v4.new_code_cell(PROBE))
+    if prelude is not None:
+        notebook.cells.insert(0, nbformat.v4.new_code_cell(prelude))
     start = time.perf_counter()
     error = None
     old_env = dict(os.environ)
@@ -61,10 +87,11 @@ def run_notebook(path: Path, env: dict[str, str], timeout: int = 1800) -> dict:
         os.environ.clear()
         os.environ.update(old_env)
     record = {"notebook": path.name, "wall_time_s": round(time.perf_counter() - start, 1), "error": error}
-    for output in notebook.cells[-1].get("outputs", []):
-        for line in output.get("text", "").splitlines():
-            if line.startswith("GPU-CHECK "):
-                record.update(json.loads(line.removeprefix("GPU-CHECK ")))
+    for cell in [notebook.cells[-1]] + ([notebook.cells[0]] if prelude is not None else []):
+        for output in cell.get("outputs", []):
+            for line in output.get("text", "").splitlines():
+                if line.startswith("GPU-CHECK "):
+                    record.update(json.loads(line.removeprefix("GPU-CHECK ")))
     return record
 
 
@@ -93,10 +120,15 @@ def planner_estimate(profile) -> dict:
 
 def summary(records: list[dict], gpu: str) -> str:
     """The markdown table that sits beside the JSON."""
-    lines = [f"# GPU check: {gpu}\n", "| notebook | wall time (min) | CUDA peak (GiB) | error |", "|---|---|---|---|"]
+    lines = [f"# GPU check: {gpu}\n", "| notebook | wall time (min) | CUDA peak (GiB) | reserved peak (GiB) | error |",
+             "|---|---|---|---|---|"]
+
+    def gib(value: int | None) -> str:
+        return "" if value is None else f"{value / 2**30:.2f}"
+
     for r in records:
-        peak = "" if r.get("cuda_peak_bytes") is None else f"{r['cuda_peak_bytes'] / 2**30:.2f}"
-        lines.append(f"| {r['notebook']} | {r['wall_time_s'] / 60:.1f} | {peak} | {r['error'] or ''} |")
+        lines.append(f"| {r['notebook']} | {r['wall_time_s'] / 60:.1f} | {gib(r.get('cuda_peak_bytes'))} | "
+                     f"{gib(r.get('cuda_reserved_peak_bytes'))} | {r['error'] or ''} |")
     return "\n".join(lines) + "\n"
 
 
@@ -109,6 +141,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="the GPU profile at tiny sizes on the CPU (CI); writes dry-run.{json,md}")
     parser.add_argument("--cpu-bf16", choices=("native", "other", "on", "off"), default="native",
                         help="with --dry-run: run as this CPU is, as the other kind (native bf16 or not), or force")
+    parser.add_argument("--as-t4", action="store_true",
+                        help="cap the process to a T4's 15,360 MiB with its context, fp16, memory-efficient SDPA")
     parser.add_argument("--classes", type=int, default=None,
                         help="with --dry-run: every chapter reads a generated skewed file of this many classes "
                              "(BERTMEM_DATASET) instead of its own dataset; the long-text runs keep theirs")
@@ -137,14 +171,18 @@ def main(argv: list[str] | None = None) -> int:
               flush=True)
     else:
         env = {"BERTMEM_PROFILE": "gpu"} if torch.cuda.is_available() else {}
+    if args.as_t4:
+        env.update(T4_ENV)
+    prelude = T4_PRELUDE if args.as_t4 and torch.cuda.is_available() and not args.dry_run else None
     profile = get_profile(env={**os.environ, **env})
     paths = [Path(p) for p in args.notebooks] or sorted((ROOT / "book").glob("*.ipynb"))
     records = []
     for path in paths:
-        records.append(run_notebook(path, env))
+        records.append(run_notebook(path, env, prelude=prelude))
         r = records[-1]
         print(f"{r['notebook']}: {r['wall_time_s']:.0f} s{' — ' + r['error'] if r['error'] else ''}", flush=True)
     gpu = "dry-run" if args.dry_run else torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
+    gpu += " as a T4" if args.as_t4 else ""
     result = {"gpu": gpu, "profile": profile.defaults_line(), "planner": planner_estimate(profile), "chapters": records}
     folder = Path(args.output)
     folder.mkdir(parents=True, exist_ok=True)

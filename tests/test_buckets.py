@@ -19,7 +19,7 @@ from bertmem.data.frames import (
 )
 from bertmem.data.loaders import DataConfig
 from bertmem.experiments.cost import batch_work, epoch_work, matmul_shape
-from bertmem.experiments.fit import FEW_LENGTHS, attention_kernel_rule, bucket_for
+from bertmem.experiments.fit import attention_kernel_rule, bucket_for
 from bertmem.loop.config import RunConfig, TrainConfig
 from bertmem.model.loading import MINILM_ID, load_tokenizer
 from bertmem.profiles import get_profile
@@ -116,18 +116,12 @@ def test_whether_pytorch_would_run_cudnns_attention_first_on_any_card(capability
     assert cudnn_attention_first(capability, cudnn, precision) is first
 
 
-@pytest.mark.parametrize("cudnn_first, lengths, max_length, keep, advice", [
-    (True, 24, 512, False, "--pad-to-multiple-of 64"),  # dynamic padding on such a card: off
-    (True, FEW_LENGTHS, 512, True, None),               # buckets of 64 up to 512: kept
-    (True, 16, 1024, False, "--pad-to-multiple-of 128"),  # 1,024 tokens need buckets of 128 for 8 lengths
-    (False, 200, 512, True, None),                      # nothing to decide
-])
-def test_the_attention_kernel_rule(cudnn_first, lengths, max_length, keep, advice):
-    kept, line = attention_kernel_rule(cudnn_first, lengths, max_length)
+@pytest.mark.parametrize("cudnn_first, lengths, keep", [(True, 24, False), (True, 4, False), (False, 200, True)])
+def test_the_attention_kernel_rule(cudnn_first, lengths, keep):
+    kept, line = attention_kernel_rule(cudnn_first, lengths)
     assert kept is keep and line.startswith("attention kernels:")
-    if advice:
-        assert f"meets {lengths} padded lengths" in line and advice in line
-    assert bucket_for(512) == 64 and bucket_for(128) == 16 and bucket_for(100) == 16
+    assert (f"this run meets {lengths} padded lengths" in line) is not keep
+    assert bucket_for(512) == 64 and bucket_for(1024) == 128 and bucket_for(100) == 16
 
 
 def test_the_run_applies_the_rule_for_a_forced_card_and_restores_the_kernel_after(monkeypatch):
@@ -140,12 +134,12 @@ def test_the_run_applies_the_rule_for_a_forced_card_and_restores_the_kernel_afte
     shapes = Counter({(8, n): 1 for n in range(100, 500, 16)})  # 25 lengths
     cuda = torch.device("cuda")
     keep, line = run_module.kernel_choice(RunConfig(attention="sdpa"), TrainConfig(precision="bf16"), model, cuda,
-                                          shapes, 512)
+                                          shapes)
     assert not keep and "meets 25 padded lengths" in line
     assert run_module.kernel_choice(RunConfig(attention="eager"), TrainConfig(precision="bf16"), model, cuda,
-                                    shapes, 512) == (True, None)
+                                    shapes) == (True, None)
     assert run_module.kernel_choice(RunConfig(attention="sdpa"), TrainConfig(precision="bf16"), model,
-                                    torch.device("cpu"), shapes, 512) == (True, None)
+                                    torch.device("cpu"), shapes) == (True, None)
     before = torch.backends.cuda.cudnn_sdp_enabled()
     with cudnn_attention(not before):
         assert torch.backends.cuda.cudnn_sdp_enabled() is (not before)

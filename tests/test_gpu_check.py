@@ -87,3 +87,28 @@ def test_the_dry_run_can_give_every_chapter_a_multi_class_file(tmp_path):
                            str(tmp_path / "out"), str(probe)], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "every chapter reads tickets-5-classes.csv (5 skewed classes)" in done.stdout
+
+
+@pytest.mark.slow
+def test_as_a_t4_the_chapters_see_a_t4s_capability_and_the_cap_is_recorded(tmp_path):
+    probe = notebook(tmp_path / "probe.ipynb",
+                     "import os\nassert os.environ['BERTMEM_CUDA_CAPABILITY'] == '7.5'\n"
+                     "from bertmem.loop.precision import choose_precision\n"
+                     "assert choose_precision('auto', 'cuda', capability=(7, 5), verbose=False).precision == 'fp16'")
+    done = subprocess.run([sys.executable, str(SCRIPT), "--allow-cpu", "--as-t4", "--output", str(tmp_path / "out"),
+                           str(probe)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    result = json.loads((tmp_path / "out" / "cpu-as-a-T4.json").read_text())
+    assert result["gpu"] == "cpu as a T4" and result["chapters"][0]["error"] is None
+    assert "reserved peak (GiB)" in (tmp_path / "out" / "cpu-as-a-T4.md").read_text()
+
+
+def test_the_t4_prelude_caps_the_allocator_at_a_t4s_memory_less_the_context():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpu_check", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    compile(module.T4_PRELUDE, "prelude", "exec")  # the cell the kernel runs first is valid Python
+    assert "15360 * 2**20 - _context" in module.T4_PRELUDE and "set_per_process_memory_fraction" in module.T4_PRELUDE
+    assert "enable_flash_sdp(False)" in module.T4_PRELUDE and module.T4_ENV == {"BERTMEM_CUDA_CAPABILITY": "7.5"}

@@ -180,3 +180,17 @@ def test_a_model_folder_for_the_chapters_and_a_second_run_attached(tmp_path):
     done = subprocess.run([sys.executable, str(SCRIPT), "--attach", str(main), "second", f"{other}#bench"],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and json.loads(main.read_text()) == {"bench": {"rows": [1]}, "second": {"rows": [2]}}
+
+
+@pytest.mark.slow
+def test_the_planner_per_family_runs_every_family_in_its_own_process_in_a_dry_run(tmp_path):
+    out = tmp_path / "families.json"
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "planner_families.py"), "--dry-run",
+                           "--output", str(out)], capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["model_id"].split("/")[-1] for r in rows] == [
+        "bert-base-uncased", "roberta-base", "deberta-v3-base", "electra-base-discriminator", "xlm-roberta-base",
+        "ModernBERT-base"]
+    assert all(r["estimated peak"] > 0 and r["measured by"] == "timeline" for r in rows)
+    assert next(r for r in rows if "deberta" in r["model_id"])["attention"] == "eager"

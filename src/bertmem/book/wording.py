@@ -53,10 +53,10 @@ def cudnn_advice(first_ms: float, seen_ms: float, first_off_ms: float, seen_off_
     seen_faster = seen_off_ms * (1 + noise) < seen_ms
     band = f"the {noise:.0%} by which one shape's two passes differed here"
     if new_faster and seen_faster:
-        return (f"With cuDNN's attention off, steps were faster on new lengths ({first_ms / first_off_ms:.1f}×) "
-                f"and, by less, on lengths already seen (step time {1 - seen_off_ms / seen_ms:.0%} shorter, "
-                f"more than {band}; one comparison in one process): with this card and torch version, switch it "
-                "off (`torch.backends.cuda.enable_cudnn_sdp(False)`).")
+        return (f"With cuDNN's attention on, steps took {first_ms / first_off_ms:.1f}× as long on new lengths "
+                f"and, by less, {seen_ms / seen_off_ms - 1:.0%} longer on lengths already seen (more than {band}; "
+                "one comparison in one process): with this card and torch version, switch it off "
+                "(`torch.backends.cuda.enable_cudnn_sdp(False)`).")
     if new_faster:
         return (f"With cuDNN's attention off, new lengths were faster; on lengths already seen the difference "
                 f"({seen_off_ms:.0f} against {seen_ms:.0f} ms) is inside {band}. What costs is the first "

@@ -205,8 +205,7 @@ def plan_summary(plan: RunPlan) -> dict[str, Any]:
     return out
 
 
-# More padded lengths than this and a run pays cuDNN's first meeting with each too often (A3: a median 175 ms on
-# first meeting against 34 ms once seen, bert-base at micro-batch 8 on an H200); 512 tokens in buckets of 64 meet 8.
+# A run padded to multiples of this many tokens meets at most max_length / it lengths: 8 up to 512 with 64.
 FEW_LENGTHS = 8
 
 
@@ -215,18 +214,15 @@ def bucket_for(max_length: int) -> int:
     return 8 * math.ceil(max_length / FEW_LENGTHS / 8)
 
 
-def attention_kernel_rule(cudnn_first: bool, distinct_lengths: int, max_length: int) -> tuple[bool, str]:
+def attention_kernel_rule(cudnn_first: bool, distinct_lengths: int) -> tuple[bool, str]:
     """Keep cuDNN's attention among SDPA's choices, or switch it off, and the line that says why (chapter 5, A3).
 
     The rule: where SDPA would run cuDNN's attention (`cudnn_first`: asked of PyTorch on the card, or
-    `core.devices.cudnn_attention_first` for another card) and the run meets more than `FEW_LENGTHS` padded
-    lengths, switch it off, since each new length costs it a set-up; with few lengths (bucketed padding) keep it.
-    Elsewhere there is nothing to decide."""
+    `core.devices.cudnn_attention_first` for another card), switch it off. Appendix A3 measured it on an H200
+    (torch 2.11): 5.2× a seen length's step on each new length, and slower on lengths already seen as well; no
+    measurement says buckets make it worth keeping. Elsewhere there is nothing to decide."""
     if not cudnn_first:
         return True, "attention kernels: PyTorch's choice (it would not run cuDNN's attention here)"
-    if distinct_lengths > FEW_LENGTHS:
-        return False, (f"attention kernels: cuDNN's attention off: this run meets {distinct_lengths} padded lengths "
-                       f"(more than {FEW_LENGTHS}) and cuDNN's attention pays for each new one (appendix A3); "
-                       f"--pad-to-multiple-of {bucket_for(max_length)} keeps it with at most {FEW_LENGTHS}")
-    return True, (f"attention kernels: cuDNN's attention kept: this run meets {distinct_lengths} padded lengths "
-                  f"(at most {FEW_LENGTHS}), each set up once")
+    return False, (f"attention kernels: cuDNN's attention off (PyTorch would run it first here; appendix A3 "
+                   f"measured it slower on new lengths and on seen ones); this run meets {distinct_lengths} padded "
+                   "lengths")

@@ -72,6 +72,9 @@ def config_for(model_id: str, overrides: dict | None):
     config = model_config(model_id)
     for key, value in (overrides or {}).items():
         setattr(config, key, value)
+    for tied in ("embedding_size", "pooler_hidden_size"):  # ELECTRA's embeddings, DeBERTa's pooler follow the width
+        if overrides and "hidden_size" in overrides and getattr(config, tied, None):
+            setattr(config, tied, overrides["hidden_size"])
     return config
 
 

@@ -168,7 +168,7 @@ def trained_summary(run: RunConfig, data: DataConfig, config: TrainConfig, prepa
     keep_cudnn, kernels = True, None
     if shapes is not None:  # counted before the run starts: what the card sets its kernels up for
         print(shapes_line(shapes, data), flush=True)
-        keep_cudnn, kernels = kernel_choice(run, config, model, device, shapes, data.max_length)
+        keep_cudnn, kernels = kernel_choice(run, config, model, device, shapes)
     if plan is not None:
         # windows: each text's tokens as read
         tokens = sum(rows * n * count for (rows, n), count in shapes.items()) if shapes is not None else sum(read)
@@ -211,8 +211,8 @@ def shapes_line(shapes, data: DataConfig) -> str:
             f"{min(lengths)} to {max(lengths)}; {how}")
 
 
-def kernel_choice(run: RunConfig, config: TrainConfig, model, device: torch.device | None, shapes,
-                  max_length: int) -> tuple[bool, str | None]:
+def kernel_choice(run: RunConfig, config: TrainConfig, model, device: torch.device | None,
+                  shapes) -> tuple[bool, str | None]:
     """Chapter 5's attention-kernel rule for the card this run trains on: (keep cuDNN's attention, the line
     printed; None where there is nothing to decide: a CPU, eager attention)."""
     where = device if device is not None else torch.device("cuda" if cuda_available() else "cpu")
@@ -226,7 +226,7 @@ def kernel_choice(run: RunConfig, config: TrainConfig, model, device: torch.devi
     cudnn_first = (cudnn_attention_first(forced, cudnn_runtime_version(), precision) if forced is not None
                    else sdpa_picks_cudnn(where, DTYPES[precision], heads, attention.hidden_size // heads,
                                          getattr(attention, "attention_probs_dropout_prob", 0.0)))
-    keep, line = attention_kernel_rule(cudnn_first, len({length for _, length in shapes}), max_length)
+    keep, line = attention_kernel_rule(cudnn_first, len({length for _, length in shapes}))
     print(line, flush=True)
     return keep, line
 
