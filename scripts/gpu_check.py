@@ -24,6 +24,7 @@ Usage: python scripts/gpu_check.py [--output results/gpu] [--allow-cpu | --dry-r
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -47,23 +48,25 @@ print("GPU-CHECK " + _json.dumps({
     "torch": _torch.__version__, "transformers": _transformers.__version__,
     "python": _platform.python_version(),
     "cuda_reserved_peak_bytes": _torch.cuda.max_memory_reserved() if _cuda else None}))"""
-T4_USABLE_MIB = 15360  # what a Colab T4 offers a process (the card's 15,360 MiB as nvidia-smi shows it)
 T4_ENV = {"BERTMEM_CUDA_CAPABILITY": "7.5"}  # `auto` precision picks fp16 + GradScaler, as on a T4
-T4_PRELUDE = f"""import json as _json, torch as _torch
-from bertmem.core.devices import card_used_bytes as _used
-_cuda = _torch.device("cuda")
-_idle = _used(_cuda)  # before this kernel's context exists
-_torch.empty(1, device=_cuda)
-_context = (_used(_cuda) - _idle - _torch.cuda.memory_reserved()) if _idle is not None else 0
-_total = _torch.cuda.get_device_properties(0).total_memory
-_cap = {T4_USABLE_MIB} * 2**20 - _context
-_torch.cuda.set_per_process_memory_fraction(_cap / _total)
-_torch.backends.cuda.enable_flash_sdp(False)  # sm80+ only: a T4 runs the memory-efficient kernel
-_torch.backends.cuda.enable_cudnn_sdp(False)
-print("GPU-CHECK " + _json.dumps({{"t4_cap_bytes": _cap, "context_bytes": _context}}))"""
+T4_PRELUDE = """import json as _json
+from bertmem.experiments.gpu_calibration import as_t4 as _as_t4
+print("GPU-CHECK " + _json.dumps(_as_t4()))"""
 
 
-def run_notebook(path: Path, env: dict[str, str], timeout: int = 1800, prelude: str | None = None) -> dict:
+@contextlib.contextmanager
+def forced_env(env: dict[str, str]):
+    """This process's environment with `env` added, as it was after."""
+    old_env = dict(os.environ)
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(old_env)
+
+
+def run_notebook(path: Path, env: dict[str, str], timeout: int = 600, prelude: str | None = None) -> dict:
     """Execute one notebook (its own folder as working directory) plus a probe cell, after `prelude` (--as-t4's
     cap) when given; its record."""
     import nbformat
@@ -75,17 +78,13 @@ def run_notebook(path: Path, env: dict[str, str], timeout: int = 1800, prelude: 
         notebook.cells.insert(0, nbformat.v4.new_code_cell(prelude))
     start = time.perf_counter()
     error = None
-    old_env = dict(os.environ)
-    os.environ.update(env)  # the kernel inherits this process's environment
-    try:
-        NotebookClient(notebook, timeout=timeout, kernel_name="python3",
-                       resources={"metadata": {"path": str(path.parent)}}).execute()
-    except Exception as err:  # a failing chapter is a result too
-        last = re.sub(r"\x1b\[[0-9;]*m", "", str(err)).strip().splitlines()[-1:] or [""]  # no ANSI colours
-        error = f"{type(err).__name__}: {last[0][:300]}"
-    finally:
-        os.environ.clear()
-        os.environ.update(old_env)
+    with forced_env(env):  # the kernel inherits this process's environment
+        try:
+            NotebookClient(notebook, timeout=timeout, kernel_name="python3",
+                           resources={"metadata": {"path": str(path.parent)}}).execute()
+        except Exception as err:  # a failing chapter is a result too
+            last = re.sub(r"\x1b\[[0-9;]*m", "", str(err)).strip().splitlines()[-1:] or [""]  # no ANSI colours
+            error = f"{type(err).__name__}: {last[0][:300]}"
     record = {"notebook": path.name, "wall_time_s": round(time.perf_counter() - start, 1), "error": error}
     for cell in [notebook.cells[-1]] + ([notebook.cells[0]] if prelude is not None else []):
         for output in cell.get("outputs", []):
@@ -141,6 +140,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="the GPU profile at tiny sizes on the CPU (CI); writes dry-run.{json,md}")
     parser.add_argument("--cpu-bf16", choices=("native", "other", "on", "off"), default="native",
                         help="with --dry-run: run as this CPU is, as the other kind (native bf16 or not), or force")
+    parser.add_argument("--timeout", type=int, default=600, help="seconds per notebook (a lent card's call: 600)")
     parser.add_argument("--as-t4", action="store_true",
                         help="cap the process to a T4's 15,360 MiB with its context, fp16, memory-efficient SDPA")
     parser.add_argument("--classes", type=int, default=None,
@@ -176,19 +176,21 @@ def main(argv: list[str] | None = None) -> int:
     prelude = T4_PRELUDE if args.as_t4 and torch.cuda.is_available() and not args.dry_run else None
     profile = get_profile(env={**os.environ, **env})
     paths = [Path(p) for p in args.notebooks] or sorted((ROOT / "book").glob("*.ipynb"))
-    records = []
-    for path in paths:
-        records.append(run_notebook(path, env, prelude=prelude))
-        r = records[-1]
-        print(f"{r['notebook']}: {r['wall_time_s']:.0f} s{' — ' + r['error'] if r['error'] else ''}", flush=True)
     gpu = "dry-run" if args.dry_run else torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
     gpu += " as a T4" if args.as_t4 else ""
-    result = {"gpu": gpu, "profile": profile.defaults_line(), "planner": planner_estimate(profile), "chapters": records}
+    with forced_env(env):  # the estimate as the chapters see the machine (a T4's precision under --as-t4)
+        result = {"gpu": gpu, "profile": profile.defaults_line(), "planner": planner_estimate(profile),
+                  "chapters": []}
     folder = Path(args.output)
     folder.mkdir(parents=True, exist_ok=True)
     stem = re.sub(r"[^A-Za-z0-9._-]+", "-", gpu).strip("-")
-    (folder / f"{stem}.json").write_text(json.dumps(result, indent=1))
-    (folder / f"{stem}.md").write_text(summary(records, gpu))
+    for path in paths:  # the files after each chapter: a call cut short keeps what it has
+        r = run_notebook(path, env, args.timeout, prelude)
+        result["chapters"].append(r)
+        print(f"{r['notebook']}: {r['wall_time_s']:.0f} s{' — ' + r['error'] if r['error'] else ''}", flush=True)
+        (folder / f"{stem}.json").write_text(json.dumps(result, indent=1))
+        (folder / f"{stem}.md").write_text(summary(result["chapters"], gpu))
+    records = result["chapters"]
     print(summary(records, gpu))
     return 1 if any(r["error"] for r in records) else 0
 

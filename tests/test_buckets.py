@@ -136,6 +136,10 @@ def test_the_run_applies_the_rule_for_a_forced_card_and_restores_the_kernel_afte
     keep, line = run_module.kernel_choice(RunConfig(attention="sdpa"), TrainConfig(precision="bf16"), model, cuda,
                                           shapes)
     assert not keep and "meets 25 padded lengths" in line
+    for choice, kept in (("on", True), ("off", False)):  # the reader's choice wins over the rule
+        keep, line = run_module.kernel_choice(RunConfig(attention="sdpa", cudnn_attention=choice),
+                                              TrainConfig(precision="bf16"), model, cuda, shapes)
+        assert keep is kept and "(--cudnn-attention)" in line
     assert run_module.kernel_choice(RunConfig(attention="eager"), TrainConfig(precision="bf16"), model, cuda,
                                     shapes) == (True, None)
     assert run_module.kernel_choice(RunConfig(attention="sdpa"), TrainConfig(precision="bf16"), model,

@@ -103,12 +103,26 @@ def test_as_a_t4_the_chapters_see_a_t4s_capability_and_the_cap_is_recorded(tmp_p
     assert "reserved peak (GiB)" in (tmp_path / "out" / "cpu-as-a-T4.md").read_text()
 
 
-def test_the_t4_prelude_caps_the_allocator_at_a_t4s_memory_less_the_context():
-    import importlib.util
+def test_a_t4_cap_is_a_t4s_memory_less_the_context_and_refuses_a_context_not_measured():
+    from bertmem.core.units import MIB
+    from bertmem.experiments.gpu_calibration import T4_USABLE_MIB, cap_for
 
-    spec = importlib.util.spec_from_file_location("gpu_check", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    compile(module.T4_PRELUDE, "prelude", "exec")  # the cell the kernel runs first is valid Python
-    assert "15360 * 2**20 - _context" in module.T4_PRELUDE and "set_per_process_memory_fraction" in module.T4_PRELUDE
-    assert "enable_flash_sdp(False)" in module.T4_PRELUDE and module.T4_ENV == {"BERTMEM_CUDA_CAPABILITY": "7.5"}
+    assert cap_for(T4_USABLE_MIB, 769 * MIB) == (15360 - 769) * MIB  # A3's median context
+    for context in (0, 50 * MIB, 5000 * MIB, -10 * MIB):  # NVML unread, or memory still being released
+        with pytest.raises(ValueError, match="run again in a fresh process"):
+            cap_for(T4_USABLE_MIB, context)
+
+
+def test_free_memory_is_answered_within_a_process_cap(monkeypatch):
+    """Under --as-t4 the allocator is capped, which mem_get_info does not see: the planner must."""
+    from bertmem.core import devices
+    from bertmem.core.units import GIB
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (70 * GIB, 80 * GIB))
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: 2 * GIB)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: 1 * GIB)
+    monkeypatch.delenv(devices.MEMORY_CAP_ENV, raising=False)
+    assert devices.cuda_free_bytes("cuda") == 71 * GIB  # free + what the allocator caches unused
+    monkeypatch.setenv(devices.MEMORY_CAP_ENV, str(14 * GIB))
+    assert devices.cuda_free_bytes("cuda") == (14 - 2) * GIB + 1 * GIB  # the cap less what is reserved, + cached

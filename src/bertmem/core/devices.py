@@ -12,6 +12,9 @@ import torch
 # a reader who wants to see what another machine would do). Unset: the hardware answers.
 CPU_BF16_ENV = "BERTMEM_CPU_BF16"  # 1: treat this CPU as having native bf16; 0: as having none
 CUDA_CAPABILITY_ENV = "BERTMEM_CUDA_CAPABILITY"  # e.g. 7.5: treat this machine's GPU as a T4's generation
+# bytes this process's allocator may hold (set with `torch.cuda.set_per_process_memory_fraction`, which
+# `mem_get_info` does not see): what `cuda_free_bytes` answers within
+MEMORY_CAP_ENV = "BERTMEM_CUDA_MEMORY_CAP"
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
 
@@ -91,7 +94,11 @@ def cuda_free_bytes(device: str | torch.device = "cuda") -> int | None:
         return None
     device = torch.device(device)
     free, _total = torch.cuda.mem_get_info(device)
-    cached = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+    reserved = torch.cuda.memory_reserved(device)
+    cached = reserved - torch.cuda.memory_allocated(device)
+    cap = os.environ.get(MEMORY_CAP_ENV)  # a process capped to a smaller card's memory (a T4's, on a big card)
+    if cap:
+        free = min(free, max(0, int(cap) - reserved))
     return int(free + cached)
 
 
@@ -239,6 +246,13 @@ def sdpa_picks_cudnn(device: torch.device, dtype: torch.dtype, heads: int, head_
     mask = torch.ones(2, 1, 64, 64, device=device, dtype=torch.bool)
     mask[0, ..., 32:] = False  # a padded row, as real batches have
     return torch._fused_sdp_choice(q, q, q, mask, dropout) == SDPBackend.CUDNN_ATTENTION.value
+
+
+def model_picks_cudnn(config, device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether SDPA picks cuDNN's attention for this model configuration's attention on `device` (chapter 5)."""
+    heads = config.num_attention_heads
+    return sdpa_picks_cudnn(device, dtype, heads, config.hidden_size // heads,
+                            getattr(config, "attention_probs_dropout_prob", 0.0))
 
 
 @contextlib.contextmanager

@@ -9,15 +9,20 @@ model (allocator margin, CUDA context) beside them, on any machine: the estimate
 from __future__ import annotations
 
 import gc
+import json
+import os
 import shutil
+import subprocess
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from bertmem.core.devices import (card_used_bytes, empty_cache, peak_reserved_bytes, require_device,
-                                  reserved_bytes, synchronize)
+from bertmem.core.devices import (MEMORY_CAP_ENV, card_used_bytes, empty_cache, peak_reserved_bytes,
+                                  require_device, reserved_bytes, synchronize)
+from bertmem.core.units import MIB
 from bertmem.loop.optim import make_optimizer
 from bertmem.memory.estimate import estimate_step_memory, model_config
 from bertmem.memory.measure import measure_step_memory
@@ -72,6 +77,8 @@ def config_for(model_id: str, overrides: dict | None):
     config = model_config(model_id)
     for key, value in (overrides or {}).items():
         setattr(config, key, value)
+    if hasattr(config, "reference_compile"):  # ModernBERT in older transformers: no torch.compile mid-measure
+        config.reference_compile = False
     for tied in ("embedding_size", "pooler_hidden_size"):  # ELECTRA's embeddings, DeBERTa's pooler follow the width
         if overrides and "hidden_size" in overrides and getattr(config, tied, None):
             setattr(config, tied, overrides["hidden_size"])
@@ -89,6 +96,55 @@ def model_folder(model_id: str, overrides: dict | None, tokenizer: Path, folder:
         if (tokenizer / name).is_file():
             shutil.copy(tokenizer / name, folder / name)
     return folder
+
+
+T4_USABLE_MIB = 15360  # a T4's memory as nvidia-smi shows it; the cap plus this process's context makes it
+CONTEXT_RANGE_MIB = (200, 4096)  # a CUDA context outside this was not measured right (NVML unread, memory in flux)
+
+
+def cap_for(card_mib: int, context_bytes: int) -> int:
+    """The allocator cap that, with this process's CUDA context, fills a card of `card_mib` (a T4 on a bigger
+    card); refuses a context outside `CONTEXT_RANGE_MIB` (A3)."""
+    low, high = CONTEXT_RANGE_MIB
+    if not low * MIB <= context_bytes <= high * MIB:
+        raise ValueError(f"a CUDA context of {context_bytes / MIB:.0f} MiB is outside {low}-{high} MiB: NVML was "
+                         "not read right, or memory was still being released; run again in a fresh process")
+    return card_mib * MIB - context_bytes
+
+
+def as_t4(device: torch.device | None = None) -> dict[str, int]:
+    """Make this process run as a T4 would, as far as a cap can: the allocator capped so that it and the CUDA
+    context (measured after cuBLAS and SDPA have loaded) fill a T4's memory, `cuda_free_bytes` answering within
+    the cap, flash and cuDNN attention off (a T4 has neither) (A3, `gpu_check.py --as-t4`). Before any other CUDA
+    work in the process."""
+    device = device or torch.device("cuda", 0)
+    idle = card_used_bytes(device)
+    if idle is None:
+        raise RuntimeError("NVML cannot be read here: the CUDA context cannot be measured, so no cap is set")
+    a = torch.randn(256, 256, device=device, dtype=torch.float16)
+    torch.nn.functional.scaled_dot_product_attention(a[None, None], a[None, None], a[None, None])  # load kernels
+    (a @ a).sum().item()
+    context = card_used_bytes(device) - idle - torch.cuda.memory_reserved(device)
+    cap = cap_for(T4_USABLE_MIB, context)
+    torch.cuda.set_per_process_memory_fraction(cap / torch.cuda.get_device_properties(device).total_memory, device)
+    os.environ[MEMORY_CAP_ENV] = str(cap)
+    torch.backends.cuda.enable_flash_sdp(False)
+    torch.backends.cuda.enable_cudnn_sdp(False)
+    return {"t4_cap_bytes": cap, "context_bytes": context}
+
+
+def fresh_process_row(command: list[str], row_file: Path, timeout_s: int, label: dict[str, Any]) -> dict[str, Any]:
+    """Run `command` (a child that writes one JSON row to `row_file`) in a fresh process: its row with the
+    seconds it took, or `label` with the error (the child's last lines, or the timeout) (A3, `benchmarks/`)."""
+    start = time.perf_counter()
+    row_file.unlink(missing_ok=True)
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s)
+        row = (json.loads(row_file.read_text()) if done.returncode == 0 and row_file.exists()
+               else {**label, "error": (done.stderr.strip() or done.stdout.strip())[-1500:]})
+    except subprocess.TimeoutExpired:
+        row = {**label, "error": f"cut off after {timeout_s} s"}
+    return {**row, "process (s)": round(time.perf_counter() - start, 1)}
 
 
 def measure_shape(shape: StepShape, device: str = "cuda", config=None) -> dict[str, Any]:

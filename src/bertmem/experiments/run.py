@@ -29,7 +29,7 @@ from bertmem.core.devices import (
     native_cpu_bf16,
     require_device,
     resolve_device,
-    sdpa_picks_cudnn,
+    model_picks_cudnn,
 )
 from bertmem.core.locks import lock_output_folder
 from bertmem.core.runtime import seed_everything
@@ -213,19 +213,22 @@ def shapes_line(shapes, data: DataConfig) -> str:
 
 def kernel_choice(run: RunConfig, config: TrainConfig, model, device: torch.device | None,
                   shapes) -> tuple[bool, str | None]:
-    """Chapter 5's attention-kernel rule for the card this run trains on: (keep cuDNN's attention, the line
-    printed; None where there is nothing to decide: a CPU, eager attention)."""
+    """Chapter 5's attention-kernel rule (`--cudnn-attention auto`) for the card this run trains on, or the
+    reader's choice: (keep cuDNN's attention, the line printed; None where there is nothing to decide: a CPU,
+    eager attention)."""
     where = device if device is not None else torch.device("cuda" if cuda_available() else "cpu")
     if where.type != "cuda" or run.attention != "sdpa":
         return True, None
+    if run.cudnn_attention != "auto":
+        keep = run.cudnn_attention == "on"
+        line = f"attention kernels: cuDNN's attention {'among' if keep else 'off'} SDPA's choices (--cudnn-attention)"
+        print(line, flush=True)
+        return keep, line
     forced = forced_capability()  # another card's answer, from the source's rule; else PyTorch's own, here
     precision = choose_precision(config.precision, "cuda", capability=forced or device_capability(where),
                                  verbose=False).precision
-    attention = model.config
-    heads = attention.num_attention_heads
     cudnn_first = (cudnn_attention_first(forced, cudnn_runtime_version(), precision) if forced is not None
-                   else sdpa_picks_cudnn(where, DTYPES[precision], heads, attention.hidden_size // heads,
-                                         getattr(attention, "attention_probs_dropout_prob", 0.0)))
+                   else model_picks_cudnn(model.config, where, DTYPES[precision]))
     keep, line = attention_kernel_rule(cudnn_first, len({length for _, length in shapes}))
     print(line, flush=True)
     return keep, line

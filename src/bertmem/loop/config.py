@@ -41,6 +41,9 @@ class RunConfig(RefusesRenamed):
         "help": "Hub id, local model folder, or 'tiny-bert'", "flag": "--model"})
     attention: str = field(default="sdpa", metadata={
         "help": "attention kernel: sdpa (fused) or eager", "choices": ATTENTION_IMPLEMENTATIONS})
+    cudnn_attention: str = field(default="auto", metadata={
+        "help": "cuDNN's attention among SDPA's kernels: auto (off where PyTorch would run it first: appendix A3 "
+                "measured it slower there), on (PyTorch's choice), off", "choices": ("auto", "on", "off")})
     device: str | None = field(default=None, metadata={
         "help": "cpu or cuda: where the model is placed, once; batches follow it"})  # chapter 0
     backend: str = field(default="plain", metadata={
