@@ -518,6 +518,11 @@ def epoch_shapes(lengths: Sequence[int], micro_batch: int, group_by_length: bool
     return Counter((len(b), bucket_length(max(lengths[i] for i in b), multiple, max_length)) for b in batches)
 
 
+def shape_positions(shapes: Counter) -> int:
+    """Token positions, padding included, of (examples, padded length) shapes counted by `epoch_shapes`."""
+    return int(sum(rows * length * count for (rows, length), count in shapes.items()))
+
+
 def epoch_padded_tokens(lengths: Sequence[int], micro_batch: int, group_by_length: bool = True, seed: int = 0,
                         pad_to: int | None = None, multiple: int | None = None,
                         max_length: int | None = None) -> int:
@@ -526,7 +531,7 @@ def epoch_padded_tokens(lengths: Sequence[int], micro_batch: int, group_by_lengt
     if pad_to is not None:
         return len(lengths) * pad_to
     shapes = epoch_shapes(lengths, micro_batch, group_by_length, seed, multiple=multiple, max_length=max_length)
-    return int(sum(rows * length * count for (rows, length), count in shapes.items()))
+    return shape_positions(shapes)
 
 
 def cut_report(lengths: Sequence[int], max_length: int) -> dict[str, int]:

@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from bertmem.core.devices import synchronize
+from bertmem.data.frames import shape_positions
 from bertmem.loop.precision import DTYPES
 
 PEAK_SIZE = {"cuda": 8192, "cpu": 1024}  # the square matmul that measures a peak, by device type
@@ -114,7 +115,7 @@ def epoch_work(shape: MatmulShape, lengths: Sequence[int], shapes: Counter) -> B
     """One epoch's work from its examples' own lengths and its (examples, padded length) shapes
     (`data.frames.epoch_shapes`): no pass over the data (`bertmem train`)."""
     padded = sum(shape.training_flops(torch.full((rows,), length)) * count for (rows, length), count in shapes.items())
-    return BatchWork(padded_tokens=sum(rows * length * count for (rows, length), count in shapes.items()),
+    return BatchWork(padded_tokens=shape_positions(shapes),
                      tokens=int(sum(lengths)), padded_flops=float(padded),
                      useful_flops=shape.training_flops(torch.as_tensor(list(lengths))))
 

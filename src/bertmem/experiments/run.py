@@ -40,6 +40,7 @@ from bertmem.data.frames import (
     cut_report,
     epoch_shapes,
     prepare_frame,
+    shape_positions,
     token_lengths,
 )
 from bertmem.data.loaders import DataConfig, build_loaders, load_frames
@@ -171,7 +172,7 @@ def trained_summary(run: RunConfig, data: DataConfig, config: TrainConfig, prepa
         keep_cudnn, kernels = kernel_choice(run, config, model, device, shapes)
     if plan is not None:
         # windows: each text's tokens as read
-        tokens = sum(rows * n * count for (rows, n), count in shapes.items()) if shapes is not None else sum(read)
+        tokens = shape_positions(shapes) if shapes is not None else sum(read)
         plan = with_epoch_estimate(plan, run, config, len(frames[0]), tokens)
         print("\n".join(plan.lines(len(frames[0]), tokens, max(read))), flush=True)
     identity = dict(asdict(run), **asdict(data), label_names=list(names))  # train() adds fingerprint and size
