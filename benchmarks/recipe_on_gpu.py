@@ -13,6 +13,8 @@ Variants (`VARIANTS`), each trained by `bertmem train`'s own path (`run_experime
   recipe + buckets         the rule, and each batch's length rounded up to a multiple of 64
   recipe + planned batch   buckets, and the largest micro-batch that fits --memory (default a T4's 15 GiB),
                            accumulated to the effective batch
+  recipe + planned batch, compiled
+                           the same with `--compile default` (torch.compile; its compilations counted)
 
 Every row: whole-epoch training time and examples/s over it, MFU and useful MFU against a matmul peak measured
 in that process, the CUDA allocator's peak, the shapes and lengths one epoch met, whether SDPA picks cuDNN's
@@ -56,7 +58,7 @@ from bertmem.loop.config import RunConfig, TrainConfig  # noqa: E402
 from bertmem.loop.precision import DTYPES  # noqa: E402
 
 VARIANTS = ("fp32 baseline", "fp32 baseline, TF32", "recipe", "recipe, kernel rule", "recipe + buckets",
-            "recipe + planned batch")
+            "recipe + planned batch", "recipe + planned batch, compiled")
 GPU_SIZES = {"train": 2048, "eval": 256, "max_length": 512, "effective_batch": 32, "device": "cuda"}
 DRY_SIZES = {"train": 32, "eval": 16, "max_length": 64, "effective_batch": 8, "device": "cpu"}
 BUCKET = 64
@@ -76,12 +78,14 @@ def variant_settings(variant: str, folder: Path, sizes: dict, seed: int, memory:
     if variant.startswith("fp32 baseline"):
         return run, data, recipe, None, variant.endswith("TF32")
     run = dataclasses.replace(run, attention="sdpa", cudnn_attention="on" if variant == "recipe" else "auto")
-    bucketed = variant in ("recipe + buckets", "recipe + planned batch")
+    planned = variant.startswith("recipe + planned batch")
+    bucketed = planned or variant == "recipe + buckets"
+    run = dataclasses.replace(run, compile="default" if variant.endswith("compiled") else "off")
     data = dataclasses.replace(data, micro_batch=effective // 4, group_by_length=True, pad_to_max_length=False,
                                pad_to_multiple_of=BUCKET if bucketed else None)
     recipe = dataclasses.replace(recipe, precision="auto", accumulation_steps=4, layerwise_decay=0.95)
     fit = (FitRequest(memory=memory, effective_batch=effective, plan_micro_batch=True)
-           if variant == "recipe + planned batch" else None)
+           if planned else None)
     return run, data, recipe, fit, False
 
 
@@ -107,6 +111,7 @@ def run_one(variant: str, seed: int, folder: Path, sizes: dict, memory: str) -> 
             "CUDA peak (MiB)": None if peak is None else peak / MIB, "shapes": len(summary["shapes"]),
             "lengths": len(lengths), "attention kernels": summary["attention_kernels"],
             "SDPA picks cuDNN": model_picks_cudnn(config, device, DTYPES[summary["precision"]]),
+            "compilations": summary["compilations"],
             "accuracy": summary["final"]["accuracy"]}
 
 

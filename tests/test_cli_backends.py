@@ -16,6 +16,7 @@ from torch.utils.data import DataLoader
 from bertmem.book.bench_info import write_bench
 from bertmem.cli import main
 from bertmem.experiments.bench import (
+    PLANNED,
     BenchConfig,
     add_ratios,
     combine_rounds,
@@ -202,6 +203,7 @@ def test_bench_runs_every_variant_and_writes_tables(tmp_path, plain_csv, capsys)
     assert "precision:" not in capsys.readouterr().out  # 'auto' resolved once per variant, quietly
     rows = {r["variant"]: r for r in result["rows"]}
     assert list(rows) == list(bench.variants)
+    assert rows[PLANNED]["planned for"].startswith("not planned: tiny-bert is a test model")
     assert rows["accumulation ×4"]["activations ratio"] == pytest.approx(0.25, rel=0.1)
     assert rows["full + gradient checkpointing"]["activations (MiB)"] < rows["full recipe"]["activations (MiB)"]
     # two rounds, interleaved: every variant ran once per seed, and the row pools both rounds' steps
@@ -351,7 +353,7 @@ def test_bench_marks_a_variant_that_does_not_fit_and_keeps_the_rest(plain_csv):
     assert needed(2, "sdpa", "bf16") < budget
     bench = BenchConfig(model_id="tiny-bert", dataset=str(plain_csv), train_size=48, eval_size=16, max_length=32,
                         effective_batch=8, learning_rate=1e-3, progress=False, variants=variants,
-                        memory_bytes=budget)
+                        memory=str(budget))
     result = run_bench(bench)
     rows = {r["variant"]: r for r in result["rows"]}
     assert rows["fp32 baseline"]["note"].startswith("does not fit (estimated ")

@@ -7,7 +7,7 @@ import pytest
 from bertmem.cli import main
 from bertmem.core.units import GIB
 from bertmem.memory.cards import parse_memory
-from bertmem.memory.planner import PlanRequest, estimate_for, plan_micro_batch, planner_vs_measured
+from bertmem.memory.planner import PlanRequest, estimate_for, plan_micro_batch, planner_vs_measured, split_advice
 from bertmem.model.loading import classifier_from_config, tiny_bert_config
 
 
@@ -146,3 +146,29 @@ def test_attempt_training_step_treats_cublas_allocation_failures_as_out_of_memor
     tiny_model.forward = fail("mat1 and mat2 shapes cannot be multiplied")
     with pytest.raises(RuntimeError, match="shapes"):
         attempt_training_step(tiny_model, tiny_batches[0])
+
+
+def test_an_effective_batch_that_splits_poorly_gets_the_nearest_that_split_well():
+    # 31 is prime: with 24 fitting, its only even split is 1 × 31; 30 and 32 split 15 × 2 and 16 × 2
+    assert split_advice(31, 24) == [{"effective_batch": 30, "micro_batch": 15, "accumulation_steps": 2},
+                                    {"effective_batch": 32, "micro_batch": 16, "accumulation_steps": 2}]
+    assert split_advice(32, 24) == [] and split_advice(31, 31) == [] and split_advice(1, 1) == []
+    # a neighbour splits well when its micro-batch is at least half of what fits
+    for effective, largest in ((7, 3), (97, 40), (50, 7)):
+        for nearby in split_advice(effective, largest):
+            assert 2 * nearby["micro_batch"] >= min(largest, effective, nearby["effective_batch"])
+            assert nearby["micro_batch"] * nearby["accumulation_steps"] == nearby["effective_batch"]
+
+
+def test_bertmem_plan_says_when_the_batch_splits_poorly(capsys):
+    argv = ["plan", "--model", "bert-base-uncased", "--memory", "t4", "--max-length", "512", "--precision", "fp32",
+            "--attention", "eager", "--effective-batch", "31"]
+    assert main(argv + ["--json"]) == 0
+    answer = json.loads(capsys.readouterr().out)
+    largest = answer["largest_fitting_batch"]
+    assert 2 <= largest < 31 and answer["micro_batch"] == 1  # 31 is prime: 1 × 31
+    assert answer["nearby"] == split_advice(31, largest) and len(answer["nearby"]) == 2
+    assert main(argv) == 0
+    below, above = answer["nearby"]
+    assert (f"effective batch 31 splits poorly: micro-batches of 1 where {largest} fit; 30 "
+            f"({below['micro_batch']} × {below['accumulation_steps']}) or 32") in capsys.readouterr().out

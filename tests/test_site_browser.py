@@ -9,10 +9,13 @@ Needs Debian's chromium and chromium-driver (`.ci/run` installs them); skipped w
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import http.server
+import io
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -262,9 +265,21 @@ FIT_SAMPLES = [  # model, card, length, precision, attention, checkpointing, opt
     ("answerdotai/ModernBERT-base", "rtx4090", 1024, "bf16", "eager", False, "adamw", "lora", 24),
     ("answerdotai/ModernBERT-large", "t4", 8192, "fp32", "eager", False, "adamw", "full", 32),
     ("answerdotai/ModernBERT-large", "a100-80gb", 4096, "bf16", "sdpa", False, "adamw8bit", "freeze", 64),
+    # the reader's own card, typed as a size (as nvidia-smi prints it, and in GiB), and a batch that splits poorly
+    ("google-bert/bert-base-uncased", "11264MiB", 512, "fp16", "sdpa", False, "adamw", "full", 32),
+    ("FacebookAI/roberta-base", "11GiB", 256, "bf16", "eager", True, "adamw", "lora", 48),
+    ("google-bert/bert-base-uncased", "t4", 512, "fp32", "eager", False, "adamw", "full", 31),
 ]
 FIELDS = ("model", "card", "length", "precision", "attention", "checkpointing", "optimizer", "adaptation",
           "effective_batch")
+
+
+def page_choice(sample) -> dict:
+    """A sample as the page's choice: a size in the card's place is the reader's own card ("custom")."""
+    choice = dict(zip(FIELDS, sample))
+    if choice["card"][0].isdigit():
+        choice.update(card="custom", memory=choice["card"])
+    return choice
 
 
 def plan_answer(capsys, choice: dict) -> dict:
@@ -273,7 +288,8 @@ def plan_answer(capsys, choice: dict) -> dict:
     from bertmem.cli import main
 
     lever = levers(choice["model"], choice["adaptation"])
-    argv = ["plan", "--model", choice["model"], "--memory", choice["card"], "--max-length", str(choice["length"]),
+    memory = choice["memory"] if choice["card"] == "custom" else choice["card"]
+    argv = ["plan", "--model", choice["model"], "--memory", memory, "--max-length", str(choice["length"]),
             "--precision", choice["precision"], "--attention", choice["attention"],
             "--gradient-checkpointing" if choice["checkpointing"] else "--no-gradient-checkpointing",
             "--optimizer", choice["optimizer"], "--effective-batch", str(choice["effective_batch"]),
@@ -300,7 +316,7 @@ def open_fit_page(browser, base_url):
 
 def test_will_it_fit_answers_as_bertmem_plan_does(site, base_url, browser, capsys, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    samples = [dict(zip(FIELDS, sample)) for sample in FIT_SAMPLES]
+    samples = [page_choice(sample) for sample in FIT_SAMPLES]
     assert len(samples) >= 20 and len({s["model"] for s in samples}) >= 13 and len({s["card"] for s in samples}) >= 6
     open_fit_page(browser, base_url)
     rows, problems = [], []
@@ -321,6 +337,7 @@ def test_will_it_fit_answers_as_bertmem_plan_does(site, base_url, browser, capsy
         same = {"micro-batch": (page["micro_batch"], cli["micro_batch"]),
                 "accumulation": (page["accumulation_steps"], cli["accumulation_steps"]),
                 "largest": (page["largest_capped"], cli["largest_fitting_batch"]),
+                "splits well nearby": (page["nearby"], cli["nearby"]),
                 "phase": (page["peak_phase"], cli["peak_phase"])}
         problems += [f"{name}: {what} {a} on the page, {b} from plan" for what, (a, b) in same.items() if a != b]
         # the same integers, not merely within the issue's 3 %: the page runs the planner's arithmetic on its lines
@@ -337,8 +354,10 @@ def test_will_it_fit_answers_as_bertmem_plan_does(site, base_url, browser, capsy
                     f"{page['estimated_peak_bytes'] / 2**30:.3f} GiB | {cli['micro_batch']} × "
                     f"{cli['accumulation_steps']}, largest {cli['largest_fitting_batch']}, "
                     f"{cli['estimated_peak_bytes'] / 2**30:.3f} GiB |")
-    assert sum(not browser.execute_script("return window.BertmemFit.answer(arguments[0]).fits", dict(zip(
-        FIELDS, s))) for s in FIT_SAMPLES) >= 2, "the samples should include choices that do not fit"
+    assert sum(not browser.execute_script("return window.BertmemFit.answer(arguments[0]).fits", page_choice(s))
+               for s in FIT_SAMPLES) >= 2, "the samples should include choices that do not fit"
+    assert any(browser.execute_script("return window.BertmemFit.answer(arguments[0]).nearby", page_choice(s))
+               for s in FIT_SAMPLES), "the samples should include a batch that splits poorly"
     shots = Path(os.environ.get("BERTMEM_SCREENSHOTS", ROOT / "_build" / "screenshots"))
     shots.mkdir(parents=True, exist_ok=True)
     (shots / "will_it_fit_vs_plan.md").write_text("| choice | page | bertmem plan --json |\n|---|---|---|\n"
@@ -403,3 +422,67 @@ def test_will_it_fit_is_driven_like_a_reader_and_fits_a_phone(site, base_url, br
         browser.save_screenshot(str(shots / "will_it_fit_390px.png"))
     finally:
         browser.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+
+
+def test_will_it_fit_opens_on_the_recipe_keeps_the_choice_in_its_address_and_prints_a_command_that_runs(
+        site, base_url, browser, monkeypatch):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from bertmem.cli import build_parser
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    open_fit_page(browser, base_url)
+    current = "return window.BertmemFit.current()"
+    opened = browser.execute_script(current)
+    assert (opened["card"], opened["precision"], opened["attention"]) == ("t4", "fp16", "sdpa")  # the recipe
+    _select(browser, "card", "a100")
+    assert browser.execute_script(current)["precision"] == "bf16"  # the card's recipe, until the reader picks
+    _select(browser, "precision", "fp32")
+    _select(browser, "card", "l4")
+    assert browser.execute_script(current)["precision"] == "fp32"  # the reader's pick stays
+    # the reader's own card: a size as nvidia-smi prints it, a model, a length, LoRA, a batch
+    _select(browser, "card", "custom")
+    memory = browser.find_element(By.ID, "wif-memory")
+    memory.clear()
+    memory.send_keys("11264MiB")
+    for name, value in (("model", "FacebookAI/roberta-base"), ("length", 256), ("adaptation", "lora"),
+                        ("checkpointing", "1"), ("precision", "bf16")):
+        _select(browser, name, value)
+    batch = browser.find_element(By.ID, "wif-batch")
+    batch.clear()
+    batch.send_keys("48")
+    chosen = browser.execute_script(current)
+    assert (chosen["card"], chosen["memory"], chosen["effective_batch"]) == ("custom", "11264MiB", 48)
+    answer = browser.execute_script("return window.BertmemFit.answer(window.BertmemFit.current())")
+    # the address keeps the choice: a fresh load of it restores every field
+    address = browser.current_url
+    assert "memory=11264MiB" in address and "card=custom" in address
+    browser.get(address)
+    WebDriverWait(browser, 30).until(lambda d: d.execute_script(
+        "return !!window.BertmemFit && !document.getElementById('wif-answer').hidden"))
+    assert browser.execute_script(current) == chosen
+    # the command printed for the choice runs as printed and answers as the page does
+    plan_line = browser.find_element(By.ID, "wif-plan-command").text
+    train_line = browser.find_element(By.ID, "wif-train-command").text
+    assert plan_line.startswith("bertmem plan ") and "--memory 11264MiB" in plan_line
+    assert main_json(shlex.split(plan_line)[1:]) == {k: answer[k] for k in ("micro_batch", "accumulation_steps",
+                                                                             "estimated_peak_bytes")}
+    train = build_parser().parse_args(shlex.split(train_line)[1:])  # every flag `bertmem train` takes
+    assert (train.micro_batch, train.memory, train.effective_batch, train.lora_r) == ("auto", "11264MiB", 48, 8)
+    # a size without its unit is asked for, not guessed
+    memory = browser.find_element(By.ID, "wif-memory")
+    memory.clear()
+    memory.send_keys("11")
+    assert "with its unit" in browser.find_element(By.ID, "wif-verdict").text
+
+
+def main_json(argv: list[str]) -> dict:
+    """`bertmem plan … --json`'s micro-batch, accumulation and peak."""
+    from bertmem.cli import main
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main([*argv, "--json"]) == 0
+    plan = json.loads(out.getvalue())
+    return {k: plan[k] for k in ("micro_batch", "accumulation_steps", "estimated_peak_bytes")}

@@ -69,3 +69,5 @@ def test_the_recipe_bench_for_a_gpu_runs_every_variant_in_a_dry_run(tmp_path):
     assert all(0 < r["useful MFU"] <= r["MFU"] for r in rows.values())
     assert rows["recipe + planned batch"]["micro-batch"] >= rows["recipe"]["micro-batch"]
     assert not any(r["SDPA picks cuDNN"] for r in rows.values())  # a CPU
+    compiled = rows["recipe + planned batch, compiled"]["compilations"]
+    assert compiled["compiled"] >= 1 and rows["recipe + planned batch"]["compilations"] is None

@@ -8,6 +8,7 @@ from bertmem.book.wording import (
     autocast_activations,
     autocast_cut,
     matmul_speedup,
+    micro_batch_cost,
     precision_against_record,
     precision_claim,
     cudnn_advice,
@@ -283,3 +284,12 @@ def test_precision_claims_are_untestable_when_the_row_ran_fp32():
     assert untested.count("this run") == 1
     assert "Both runs' mixed-precision rows ran bf16" in precision_against_record("bf16", "bf16")
     assert "ran fp32, the recorded run's bf16" in precision_against_record("fp32", "bf16")
+
+
+def test_micro_batch_cost_decides_only_where_every_round_agrees():
+    assert micro_batch_cost([1.4, 1.2], "4 × 4", "16 × 1").endswith("every one of 2 rounds: slower")
+    assert micro_batch_cost([0.8, 0.9], "4 × 4", "16 × 1").endswith(": faster")
+    assert "about as fast" in micro_batch_cost([1.01, 0.99], "4 × 4", "16 × 1")
+    assert "cannot say" in micro_batch_cost([1.2, 0.9], "4 × 4", "16 × 1")
+    assert micro_batch_cost([1.2], "8 × 4", "32 × 1") == (
+        "micro-batch 8 × 4 took 1.20× the training time of 32 × 1 in its one round: slower")

@@ -11,6 +11,7 @@ from bertmem.book.chapters import (
     Run,
     chapter_bench,
     chapter_minutes,
+    chapter_runs,
     chapter_settings,
     cpu_profile_minutes,
     cpu_work_minutes,
@@ -231,3 +232,11 @@ def test_without_a_choice_each_chapter_reads_its_own_default():
     assert chapter_settings("08", profile).data.dataset == "rotten_tomatoes"  # short sentences keep 9 runs quick
     assert chapter_settings("00", profile).data.dataset == profile.dataset == "imdb"
     assert "dataset=" not in profile.describe() and "imdb, 600 train" in setup_line("00", profile)
+
+
+def test_chapter_5s_timed_runs_count_every_variant_of_its_bench():
+    for name in ("cpu", "gpu"):
+        profile = get_profile(name, env={})
+        bench = chapter_bench(chapter_settings("05", profile), profile)
+        repeats = sum(run.repeats for run in chapter_runs(profile)["05"])
+        assert repeats == len(bench.variants) * len(bench.seeds)

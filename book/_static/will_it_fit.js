@@ -37,6 +37,24 @@
     return card;
   }
 
+  // Bytes from "11 GiB", "11264MiB" (as nvidia-smi prints a total) or "16 GB", as `--memory` reads them
+  // (bertmem.memory.cards.parse_memory); null without a unit, which the page asks for rather than guessing.
+  const UNITS = { b: 1, kb: 1e3, mb: 1e6, gb: 1e9, tb: 1e12, kib: 2 ** 10, mib: 2 ** 20, gib: 2 ** 30, tib: 2 ** 40 };
+  function parseMemory(textValue) {
+    const match = /^\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]+)\s*$/.exec(String(textValue || ""));
+    if (!match || !(match[2].toLowerCase() in UNITS)) return null;
+    const bytes = Math.trunc(parseFloat(match[1]) * UNITS[match[2].toLowerCase()]);
+    return bytes > 0 ? { bytes, flag: match[1] + match[2] } : null;
+  }
+
+  // The card of a choice: one of the table's, or the reader's own ("custom": its memory as typed, any precision).
+  function cardFor(choice) {
+    if (choice.card !== "custom") return cardOf(choice.card);
+    const memory = parseMemory(choice.memory);
+    if (!memory) throw new Error("write the memory with its unit: 11 GiB, or 11264MiB as nvidia-smi prints it");
+    return { key: "custom", name: "your card", memory: memory.bytes, bf16: true, flag: memory.flag };
+  }
+
   function precisions(card) {
     return card.bf16 ? ["fp32", "fp16", "bf16"] : ["fp32", "fp16"];
   }
@@ -62,7 +80,7 @@
   function answer(choice) {
     const d = data();
     const model = modelOf(choice.model);
-    const card = cardOf(choice.card);
+    const card = cardFor(choice);
     const precision = choice.precision === "fp32" ? "fp32" : "bf16"; // fp16 and bf16 hold the same bytes
     const key = [choice.model, choice.length, precision, choice.attention, choice.checkpointing ? 1 : 0,
       choice.adaptation].join("|");
@@ -85,6 +103,7 @@
     for (let m = 1; m <= Math.min(largest, effective); m += 1) if (effective % m === 0) micro = m;
     out.micro_batch = micro;
     out.accumulation_steps = effective / micro;
+    out.nearby = splitAdvice(effective, out.largest_capped);
     const at = peakAt(entry, facts, micro);
     out.estimated_peak_bytes = needed(at.peak);
     out.peak_phase = at.phase;
@@ -96,10 +115,53 @@
     return out;
   }
 
+  // The largest micro-batch up to `limit` that divides the effective batch (bertmem.memory.planner).
+  function largestDivisor(effective, limit) {
+    let micro = 1;
+    for (let m = 1; m <= Math.min(limit, effective); m += 1) if (effective % m === 0) micro = m;
+    return micro;
+  }
+
+  // Where the effective batch splits poorly (its largest divisor that fits is under half of what fits, up to
+  // the effective batch), the nearest batches below and above that split well; else [] (`split_advice`).
+  function splitAdvice(effective, largest) {
+    const limit = Math.min(largest, effective);
+    const split = (batch) => {
+      const micro = largestDivisor(batch, limit);
+      return { effective_batch: batch, micro_batch: micro, accumulation_steps: batch / micro };
+    };
+    const well = (batch) => 2 * split(batch).micro_batch >= Math.min(limit, batch);
+    if (well(effective)) return [];
+    const found = [];
+    for (let b = effective - 1; b > 0; b -= 1) if (well(b)) { found.push(split(b)); break; }
+    for (let b = effective + 1; b < 2 * effective + 2; b += 1) if (well(b)) { found.push(split(b)); break; }
+    return found;
+  }
+
+  // The commands that answer this choice: `bertmem plan` prints this answer, `bertmem train` runs it on a file
+  // (planning again for the file's longest batch, never longer than --max-length).
+  function commands(choice) {
+    const d = data();
+    const model = modelOf(choice.model);
+    const card = cardFor(choice);
+    const flags = ["--model", choice.model, "--memory", card.flag || card.key, "--max-length", String(choice.length),
+      "--precision", choice.precision, "--attention", choice.attention];
+    if (choice.checkpointing) flags.push("--gradient-checkpointing");
+    flags.push("--optimizer", choice.optimizer);
+    if (choice.adaptation === "lora") flags.push("--lora-r", String(d.lora_rank));
+    if (choice.adaptation === "freeze") flags.push("--freeze-layers", String(model.frozen_layers));
+    flags.push("--effective-batch", String(choice.effective_batch));
+    return {
+      plan: ["bertmem plan", ...flags].join(" "),
+      train: ["bertmem train --dataset YOUR_FILE.csv --output-dir runs/mine", ...flags, "--micro-batch auto"]
+        .join(" "),
+    };
+  }
+
   // One change at a time: what each lever would do to the largest micro-batch.
   function alternatives(choice) {
     const model = modelOf(choice.model);
-    const card = cardOf(choice.card);
+    const card = cardFor(choice);
     const half = card.bf16 ? "bf16" : "fp16";
     const out = [];
     const add = (label, change) => out.push({ label, choice: Object.assign({}, choice, change) });
@@ -163,7 +225,8 @@
 
   function current() {
     return {
-      model: $("model").value, card: $("card").value, length: Number($("length").value),
+      model: $("model").value, card: $("card").value, memory: $("memory").value.trim(),
+      length: Number($("length").value),
       precision: $("precision").value, attention: $("attention").value,
       checkpointing: $("checkpointing").value === "1", optimizer: $("optimizer").value,
       adaptation: $("adaptation").value,
@@ -173,13 +236,18 @@
 
   // What the reader last chose for the settings whose options depend on the model or the card: kept when an
   // option disappears (bf16 on a T4, SDPA for DeBERTa, 8,192 tokens for BERT) and restored when it comes back.
-  const wanted = { length: 512, precision: "fp32", attention: "sdpa" };
+  // Until the reader picks a precision, the page follows the book's recipe for the card: its 16-bit format
+  // (fp16 on a T4, bf16 where the card has bf16 tensor cores) with SDPA.
+  const wanted = { length: 512, precision: null, attention: "sdpa" };
 
   function refreshOptions() {
     const model = modelOf($("model").value);
-    const card = cardOf($("card").value);
+    const custom = $("card").value === "custom";
+    const card = custom ? { bf16: true } : cardOf($("card").value);
+    $("memory-field").hidden = !custom;
     fill($("length"), model.lengths.map((n) => [n, n.toLocaleString("en-US")]), wanted.length);
-    fill($("precision"), precisions(card).map((p) => [p, p]), wanted.precision, "fp16");
+    const recipe = card.bf16 ? "bf16" : "fp16";
+    fill($("precision"), precisions(card).map((p) => [p, p]), wanted.precision || recipe, "fp16");
     fill($("attention"), model.attentions.map((a) => [a, a === "sdpa" ? "SDPA (fused)" : "eager"]),
       wanted.attention);
   }
@@ -194,8 +262,20 @@
   function render() {
     refreshOptions();
     const choice = current();
+    keepInUrl(choice);
     const model = modelOf(choice.model);
-    const card = cardOf(choice.card);
+    let card;
+    try {
+      card = cardFor(choice);
+    } catch (err) {
+      $("verdict").className = "wif-verdict wif-no";
+      $("verdict").textContent = err.message.charAt(0).toUpperCase() + err.message.slice(1) + ".";
+      for (const id of ["plan", "split", "levers", "accelerate"]) $(id).textContent = "";
+      for (const id of ["bar", "parts"]) $(id).replaceChildren();
+      $("commands").hidden = true;
+      $("answer").dataset.state = "no-memory";
+      return;
+    }
     const result = answer(choice);
     const verdict = $("verdict");
     const plan = $("plan");
@@ -212,6 +292,17 @@
         + card.name + " has " + gib(card.memory) + " GiB.";
       plan.textContent = "";
     }
+    $("split").textContent = result.fits && result.nearby.length ? "Effective batch " + result.effective_batch
+      + " splits poorly: micro-batches of " + result.micro_batch + " where "
+      + Math.min(result.largest_capped, result.effective_batch) + " fit; "
+      + result.nearby.map((s) => s.effective_batch + " (" + s.micro_batch + " × " + s.accumulation_steps + ")")
+        .join(" or ") + " split well. (A ragged split would give the same gradient with chapter 2's per-example "
+      + "weights; bertmem train splits evenly.)" : "";
+    const lines = commands(choice);
+    $("copy").textContent = "Copy";
+    $("plan-command").textContent = lines.plan;
+    $("train-command").textContent = lines.train;
+    $("commands").hidden = false;
     drawBar(result, card);
     drawLevers(choice, result);
     drawAccelerate(choice, model, result);
@@ -293,27 +384,63 @@
       + "Estimated with torch " + data().versions.torch + " and transformers " + data().versions.transformers + ".";
   }
 
+  // The choice in the address (?model=…&card=…), so a reload or a shared link restores it.
+  const URL_FIELDS = ["model", "card", "memory", "length", "precision", "attention", "checkpointing", "optimizer",
+    "adaptation", "batch"];
+
+  function keepInUrl(choice) {
+    const values = { ...choice, checkpointing: choice.checkpointing ? "1" : "0", batch: choice.effective_batch };
+    const query = new URLSearchParams();
+    for (const name of URL_FIELDS) {
+      if (name === "memory" && choice.card !== "custom") continue;
+      query.set(name, String(values[name]));
+    }
+    window.history.replaceState(null, "", "?" + query.toString() + window.location.hash);
+  }
+
+  function copyCommands() {
+    const lines = $("plan-command").textContent + "\n" + $("train-command").textContent + "\n";
+    const done = () => { $("copy").textContent = "Copied"; };
+    if (navigator.clipboard && window.isSecureContext) navigator.clipboard.writeText(lines).then(done, () => {});
+    else {
+      const range = document.createRange();
+      range.selectNodeContents($("commands-text"));
+      window.getSelection().removeAllRanges();
+      window.getSelection().addRange(range);
+      $("copy").textContent = "Selected: press Ctrl+C";
+    }
+  }
+
   function start() {
     const d = data();
+    const asked = new URLSearchParams(window.location.search);
+    const given = (name, fallback) => (asked.has(name) ? asked.get(name) : fallback);
     fill($("model"), d.models.map((m) => [m.id, m.id + " (" + Math.round(m.parameters / 1e6) + " M)"]),
-      "google-bert/bert-base-uncased");
-    fill($("card"), d.cards.map((c) => [c.key, c.name + " (" + gib(c.memory) + " GiB)"]), "t4");
-    fill($("optimizer"), Object.entries(OPTIMIZERS), "adamw");
-    fill($("adaptation"), Object.entries(ADAPTATIONS), "full");
-    fill($("checkpointing"), [["0", "off"], ["1", "on"]], "0");
-    for (const id of ["model", "card", "length", "precision", "attention", "checkpointing", "optimizer",
+      given("model", "google-bert/bert-base-uncased"));
+    fill($("card"), [...d.cards.map((c) => [c.key, c.name + " (" + gib(c.memory) + " GiB)"]),
+      ["custom", "your card: its memory"]], given("card", "t4"), "t4");
+    $("memory").value = given("memory", "11 GiB");
+    fill($("optimizer"), Object.entries(OPTIMIZERS), given("optimizer", "adamw"), "adamw");
+    fill($("adaptation"), Object.entries(ADAPTATIONS), given("adaptation", "full"), "full");
+    fill($("checkpointing"), [["0", "off"], ["1", "on"]], given("checkpointing", "0"), "0");
+    $("batch").value = given("batch", "32");
+    if (asked.has("length")) wanted.length = Number(asked.get("length"));
+    if (asked.has("precision")) wanted.precision = asked.get("precision");
+    if (asked.has("attention")) wanted.attention = asked.get("attention");
+    for (const id of ["model", "card", "memory", "length", "precision", "attention", "checkpointing", "optimizer",
       "adaptation", "batch"]) {
-      $(id).addEventListener(id === "batch" ? "input" : "change", () => {
+      $(id).addEventListener(id === "batch" || id === "memory" ? "input" : "change", () => {
         if (id in wanted) wanted[id] = id === "length" ? Number($(id).value) : $(id).value;
         render();
       });
     }
+    $("copy").addEventListener("click", copyCommands);
     validation();
     render();
     $("answer").hidden = false;
   }
 
-  window.BertmemFit = { answer, alternatives, current };
+  window.BertmemFit = { answer, alternatives, current, commands, parseMemory };
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start);
   else start();
 })();

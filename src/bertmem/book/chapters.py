@@ -174,8 +174,10 @@ def chapter_runs(profile: Profile) -> dict[str, list[Run]]:
         "01": [], "02": [], "05b": [],  # 05b: a tiny random BERT and a command-line smoke test
         "03": [Run(data["03"], "fp32"), Run(data["03"], "auto")],
         "04": [Run(data["04"], precision["04"], epochs=profile.epochs, repeats=3 * rounds["04"])],  # three α
-        "05": [Run(data["05"], "fp32", repeats=2 * rounds["05"]), Run(data["05"], "auto", repeats=2 * rounds["05"]),
-               Run(data["05"], "auto", repeats=2 * rounds["05"], recompute=4 / 3)],  # + smallest footprint
+        # the bench's variants: two fp32; mixed, full recipe and its planned micro-batch; checkpointing and the
+        # smallest footprint (checkpointed too)
+        "05": [Run(data["05"], "fp32", repeats=2 * rounds["05"]), Run(data["05"], "auto", repeats=3 * rounds["05"]),
+               Run(data["05"], "auto", repeats=2 * rounds["05"], recompute=4 / 3)],
         "06": [Run(data["06-warmup"], precision["06-warmup"], epochs=2, repeats=2),
                Run(data["06-truncation"], precision["06-truncation"], repeats=2)],
         "07": [], "A1": [], "A3": [],  # A3 reads a recorded GPU run and times one step

@@ -109,6 +109,23 @@ def accumulation_advice(split_min: float, split_max: float) -> str:
             "largest micro-batch that fits.")
 
 
+def micro_batch_cost(ratios: list[float], small: str, planned: str) -> str:
+    """Chapter 5: what the smaller micro-batch cost against the planned one, from each round's training-time ratio
+    (small / planned; each round ran both on the same examples): a verdict only where every round agrees."""
+    span = (f"{min(ratios):.2f}–{max(ratios):.2f}×" if len(ratios) > 1 else f"{ratios[0]:.2f}×")
+    rounds = plural(len(ratios), "round")
+    every = f"in every one of {rounds}" if len(ratios) > 1 else "in its one round"
+    if min(ratios) > 1 + BAND:
+        return f"micro-batch {small} took {span} the training time of {planned} {every}: slower"
+    if max(ratios) < 1 - BAND:
+        return f"micro-batch {small} took {span} the training time of {planned} {every}: faster"
+    if min(ratios) >= 1 - BAND and max(ratios) <= 1 + BAND:
+        return (f"micro-batch {small} took {span} the training time of {planned} over {rounds}: about as fast, "
+                f"within {BAND:.0%}")
+    return (f"micro-batch {small} took {span} the training time of {planned} over {rounds}: the rounds disagree, "
+            "so this run cannot say which is faster")
+
+
 def cpu_precision_timing(fp16_x: float, bf16_x: float, auto_choice: str) -> str:
     """Chapter 3: what fp16's and bf16's time (× fp32's) on this CPU says, and what `auto` picked and why."""
     if fp16_x > NO_FAST_PATH:

@@ -20,15 +20,17 @@ from bertmem.core.devices import (
     cuda_free_bytes,
     device_name,
     forced_note,
+    on_cuda,
     peak_memory_bytes,
     reset_peak_memory,
 )
 from bertmem.core.flags import RefusesRenamed, shared_field
-from bertmem.core.units import MIB
+from bertmem.core.units import GIB, MIB
 from bertmem.data.batching import epoch_batches, widest_batch
 from bertmem.data.frames import row_keys
 from bertmem.data.loaders import DataConfig, build_loaders, load_frames
 from bertmem.experiments.compare import Skip, arm_order, fit_arm
+from bertmem.experiments.fit import FitRequest, RunPlan, plan_run
 from bertmem.experiments.cost import (
     BatchWork,
     MatmulShape,
@@ -41,15 +43,21 @@ from bertmem.experiments.cost import (
 from bertmem.experiments.run import environment_info
 from bertmem.experiments.stats import compare_accuracies, compare_paired, step_timing, summarize
 from bertmem.loop.combined import prepare_model, train
-from bertmem.loop.config import RunConfig, TrainConfig
+from bertmem.loop.config import TINY_MODEL, RunConfig, TrainConfig
 from bertmem.loop.precision import DTYPES, choose_precision
+from bertmem.memory.cards import DEFAULT_CARD, card_named, parse_memory, with_article
 from bertmem.memory.estimate import estimate_step_memory, model_config
 from bertmem.memory.measure import measure_step_memory
 from bertmem.memory.planner import PlanRequest
 from bertmem.model.adapters import LORA_LR_FACTOR, LORA_RANK
 
-VARIANTS = ("fp32 baseline", "accumulation ×4", "mixed precision + accumulation", "full recipe",
-            "full + gradient checkpointing", "smallest footprint")
+# Each variant of the chain is the one before plus one idea; the planned row branches off the full recipe:
+# its micro-batch is the largest the planner fits in the budget (up to the effective batch), its accumulation
+# makes up the rest, so it shows what the recipe's B/4 micro-batch costs (chapter 5).
+PLANNED = "full recipe, planned micro-batch"
+CHAIN = ("fp32 baseline", "accumulation ×4", "mixed precision + accumulation", "full recipe",
+         "full + gradient checkpointing", "smallest footprint")
+VARIANTS = (*CHAIN, PLANNED)
 
 
 @dataclass(frozen=True)
@@ -75,11 +83,15 @@ class BenchConfig(RefusesRenamed):
         "parse": int, "nargs": "+"})
     device: str = shared_field(RunConfig, "device", default="cpu")
     variants: tuple[str, ...] = field(default=VARIANTS, metadata={
-        "help": "the variants to run, in this order, each name quoted (default: all six, from 'fp32 baseline' to "
-                "'smallest footprint')", "parse": str, "nargs": "+", "metavar": "NAME"})
+        "help": "the variants to run, in this order, each name quoted (default: all seven, from 'fp32 baseline' "
+                f"to '{PLANNED}')", "parse": str, "nargs": "+", "metavar": "NAME"})
     progress: bool = shared_field(RunConfig, "progress")
-    memory_bytes: int | None = None  # budget per variant; None: the CUDA device's free memory (no limit on CPU)
-    RENAMED = {"model": "model_id", "accumulation": "accumulation_steps", "seed": "data_seed"}
+    memory: str | None = shared_field(FitRequest, "memory", help=(
+        "the card or memory every variant must fit (t4, l4, a100, …, 15GiB) and the planned micro-batch is "
+        f"planned for (default: the GPU's free memory; on a CPU no limit, and '{PLANNED}' plans for "
+        f"{with_article(card_named(DEFAULT_CARD).name)})"))
+    RENAMED = {"model": "model_id", "accumulation": "accumulation_steps", "seed": "data_seed",
+               "memory_bytes": "memory"}
 
     def __post_init__(self) -> None:
         if self.effective_batch % self.accumulation_steps:
@@ -103,6 +115,13 @@ def variant_settings(bench: BenchConfig, variant: str, seed: int | None = None) 
     if variant not in VARIANTS:
         raise ValueError(f"unknown variant {variant!r}: choose from {VARIANTS}")
     seed = bench.seeds[0] if seed is None else seed
+    if variant == PLANNED:
+        run, data, recipe = variant_settings(bench, "full recipe", seed)
+        plan, _ = planned_batch(bench)
+        if plan is None:  # the full recipe's micro-batch: its fit check reports what does not fit
+            return run, data, recipe
+        return (run, dataclasses.replace(data, micro_batch=plan.micro_batch),
+                dataclasses.replace(recipe, accumulation_steps=plan.accumulation_steps))
     run = RunConfig(model_id=bench.model_id, attention="eager", device=bench.device, progress=bench.progress)
     data = DataConfig(dataset=bench.dataset, train_size=bench.train_size, eval_size=bench.eval_size,
                       max_length=bench.max_length, micro_batch=bench.effective_batch, group_by_length=False,
@@ -120,12 +139,32 @@ def variant_settings(bench: BenchConfig, variant: str, seed: int | None = None) 
         # weights (no gradients or optimizer state for the rest), with the larger steps adapters need
         "smallest footprint": ({}, {}, {"lora_r": LORA_RANK, "learning_rate": bench.learning_rate * LORA_LR_FACTOR}),
     }
-    for name in VARIANTS[1:VARIANTS.index(variant) + 1]:
+    for name in CHAIN[1:CHAIN.index(variant) + 1]:
         run_change, data_change, recipe_change = steps[name]
         run = dataclasses.replace(run, **run_change)
         data = dataclasses.replace(data, **data_change)
         recipe = dataclasses.replace(recipe, **recipe_change)
     return run, data, recipe
+
+
+@functools.lru_cache(maxsize=16)  # asked for each precision, estimate and seed: one FakeTensor plan
+def planned_batch(bench: BenchConfig) -> tuple[RunPlan | None, str]:
+    """`bertmem train --micro-batch auto`'s plan for the full recipe and what it was planned for, or (None, why
+    not): for the bench's budget (on a CPU with no --memory, the book's card) and the longest batch the bench
+    may meet, --max-length (chapter 5)."""
+    run, data, config = variant_settings(bench, "full recipe")
+    if run.model_id == TINY_MODEL:
+        return None, f"not planned: {TINY_MODEL} is a test model the planner has no size for"
+    memory = bench.memory
+    if memory is None and not on_cuda(run.device):
+        memory = DEFAULT_CARD
+    fit = FitRequest(memory=memory, effective_batch=bench.effective_batch, plan_micro_batch=True)
+    try:
+        plan = plan_run(fit, run, data, config, [data.max_length])
+    except ValueError as err:  # e.g. not even one example fits: the row's fit check says so on a GPU
+        return None, f"not planned: {err}"
+    return plan, (f"{plan.budget}: estimated peak {plan.plan.estimated_peak_bytes / GIB:.2f} GiB at "
+                  f"{data.max_length} tokens, largest that fits {plan.plan.largest_fitting_batch}")
 
 
 def fit_check(bench: BenchConfig, model, run: RunConfig, data: DataConfig, config: TrainConfig,
@@ -134,7 +173,7 @@ def fit_check(bench: BenchConfig, model, run: RunConfig, data: DataConfig, confi
 
     kernels = "cuda" if run.device.startswith("cuda") else "cpu"
     request = PlanRequest(model_id=run.model_id, max_length=data.max_length, kernels=kernels)
-    budget = bench.memory_bytes
+    budget = None if bench.memory is None else parse_memory(bench.memory)
     if budget is None:
         budget = cuda_free_bytes(run.device) if kernels == "cuda" else None
         # measured free memory: this process's CUDA context is already taken out
@@ -196,6 +235,8 @@ def run_variant(bench: BenchConfig, variant: str, frames, peak_tflops: dict[str,
     row = {"variant": variant, "micro-batch": data.micro_batch, "accumulation steps": config.accumulation_steps,
            "precision": precision, "attention": run.attention,
            "padding": "dynamic, length-grouped" if data.group_by_length else f"to {data.max_length}"}
+    if variant == PLANNED:  # the budget and the estimate the micro-batch was chosen by
+        row["planned for"] = planned_batch(bench)[1]
     done = fit_arm(variant, (run, data, config), frames, loop, variant_measure(bench, run, data, config))
     if done.note is not None:
         return {**row, "accuracy": float("nan"), "note": done.note}

@@ -65,6 +65,7 @@ from bertmem.loop.precision import DTYPES, choose_precision
 from bertmem.loop.hf_trainer import train_with_trainer
 from bertmem.model.adapters import has_lora, merge_lora
 from bertmem.model.chunked import ChunkedClassifier
+from bertmem.model.compiled import check_compile_mode, compilations_since, compile_model
 from bertmem.model.loading import MINILM_ID, classifier_from_config, load_classifier, load_tokenizer, tiny_bert_config
 
 
@@ -124,6 +125,7 @@ def run_experiment(run: RunConfig, data: DataConfig, config: TrainConfig, *,
         levers = ", ".join(encoder_levers(config))
         raise ValueError(f"--window trains a pooling wrapper around the classifier; {levers} cannot find its "
                          "encoder there: drop them, or drop --window")
+    check_compile_mode(run.compile, data.pad_to_multiple_of)
     device = require_device(run.device) if run.device is not None else None
     if not run.output_dir:
         return trained_summary(run, data, config, prepare, device, fit)
@@ -157,6 +159,7 @@ def trained_summary(run: RunConfig, data: DataConfig, config: TrainConfig, prepa
         model = ChunkedClassifier(model)
     if device is not None and run.backend != "accelerate":  # Accelerate gives each process its own device
         model.to(device)  # placed once; every helper below follows the model
+    compiled_from = compile_model(model, run.compile)  # lazily: the first forward pass compiles
     if run.output_dir and run.overwrite and not run.resume:
         remove_previous_run(Path(run.output_dir).expanduser())
     if plan is not None and run.output_dir:  # a resumed run takes this plan again, whatever memory is free then
@@ -180,6 +183,9 @@ def trained_summary(run: RunConfig, data: DataConfig, config: TrainConfig, prepa
         result = run_backend(run, model, loaders.train, config, loaders.eval, identity)
     utilisation = None if shapes is None else epoch_utilisation(model, read, shapes, result, config)
     predictions = result.predictions if result.predictions is not None else predict(model, loaders.eval)
+    compiled = None if run.compile == "off" else compilations_since(compiled_from)
+    if compiled is not None:  # training and evaluation: each new shape may have cost one
+        print(compiled.line(run.compile), flush=True)
     summary = {"final": result.final_metrics, "epochs": result.epochs, "history": result.history,
                "precision": result.precision, "skipped_steps": result.skipped_steps, "backoffs": result.backoffs,
                "num_processes": result.num_processes, "rank": result.rank, "rank_bytes": result.rank_bytes,
@@ -190,6 +196,7 @@ def trained_summary(run: RunConfig, data: DataConfig, config: TrainConfig, prepa
                "shapes": None if shapes is None else {f"{rows}×{length}": n
                                                       for (rows, length), n in sorted(shapes.items())},
                "attention_kernels": kernels, "utilisation": utilisation,
+               "compilations": None if compiled is None else asdict(compiled),
                "checkpoints": {"saves": result.checkpoint_saves, "time_s": result.checkpoint_time_s,
                                "share": result.checkpoint_share,
                                "periodic_share": result.periodic_checkpoint_share}}

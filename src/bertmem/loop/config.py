@@ -16,6 +16,7 @@ from bertmem.core.flags import RefusesRenamed
 from bertmem.loop.accumulation import WEIGHTINGS
 from bertmem.loop.optim import OPTIMIZER_NAMES
 from bertmem.loop.precision import REQUESTS
+from bertmem.model.compiled import COMPILE_MODES
 from bertmem.model.loading import ATTENTION_IMPLEMENTATIONS, MINILM_ID
 
 BACKENDS = ("plain", "accelerate", "trainer")
@@ -44,6 +45,9 @@ class RunConfig(RefusesRenamed):
     cudnn_attention: str = field(default="auto", metadata={
         "help": "cuDNN's attention among SDPA's kernels: auto (off where PyTorch would run it first: appendix A3 "
                 "measured it slower there), on (PyTorch's choice), off", "choices": ("auto", "on", "off")})
+    compile: str = field(default="off", metadata={
+        "help": "torch.compile the model: off, default, or reduce-overhead (CUDA graphs; with "
+                "--pad-to-multiple-of only); the compilations are counted and printed", "choices": COMPILE_MODES})
     device: str | None = field(default=None, metadata={
         "help": "cpu or cuda: where the model is placed, once; batches follow it"})  # chapter 0
     backend: str = field(default="plain", metadata={
@@ -68,6 +72,11 @@ class RunConfig(RefusesRenamed):
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {self.backend!r}")
+        if self.compile not in COMPILE_MODES:
+            raise ValueError(f"compile must be one of {COMPILE_MODES}, got {self.compile!r}")
+        if self.compile != "off" and self.backend != "plain":
+            raise ValueError(f"--compile works with --backend plain: drop --compile, or use --backend plain "
+                             f"(got {self.backend})")
         if self.attention not in ATTENTION_IMPLEMENTATIONS:
             raise ValueError(f"attention must be one of {ATTENTION_IMPLEMENTATIONS}, got {self.attention!r}")
         every = self.checkpoint_every

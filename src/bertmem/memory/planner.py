@@ -136,6 +136,8 @@ class Plan:
     request: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # where the plan differs from what was asked, and why
     precision_asked: str | None = None  # 'auto' when the precision was chosen for the card: the command keeps it
+    nearby: list[dict[str, int]] = field(default_factory=list)  # effective batches that split well, if this one
+    #                                                             splits poorly (`split_advice`); else empty
 
     def as_dict(self) -> dict[str, Any]:
         """One JSON-ready object (`bertmem plan --json`), with the `bertmem train` command that runs it."""
@@ -169,6 +171,7 @@ class Plan:
                  f"= effective batch {self.micro_batch * self.accumulation_steps}"
                  + (f" ({self.micro_batch} is the largest divisor of {r['effective_batch']} that fits)"
                     if self.micro_batch < min(self.largest_fitting_batch, r["effective_batch"]) else ""),
+                 *split_lines(self),
                  f"estimated peak {self.estimated_peak_bytes / GIB:.2f} GiB (during {self.peak_phase}):"]
         lines += [f"  {name:<34} {size / GIB:6.2f} GiB" for name, size in self.breakdown.items()]
         lines += [f"note: {note}" for note in self.notes]
@@ -177,6 +180,41 @@ class Plan:
                      f"--micro-batch and --accumulation-steps by --micro-batch auto --memory CARD --effective-batch "
                      f"{r['effective_batch']})")
         return "\n".join(lines)
+
+
+def largest_divisor(effective: int, limit: int) -> int:
+    """The largest micro-batch up to `limit` that divides the effective batch: every micro-batch the same size."""
+    return max(d for d in range(1, min(limit, effective) + 1) if effective % d == 0)
+
+
+def split_advice(effective: int, largest: int) -> list[dict[str, int]]:
+    """Where `effective` splits poorly — its largest divisor that fits is under half of what fits, up to the
+    effective batch — the nearest effective batch below and above that splits well, with their splits; else []
+    (`bertmem plan`, the "Will it fit?" page)."""
+    def split(batch: int) -> dict[str, int]:
+        micro = largest_divisor(batch, min(largest, effective))
+        return {"effective_batch": batch, "micro_batch": micro, "accumulation_steps": batch // micro}
+
+    def well(batch: int) -> bool:
+        return 2 * split(batch)["micro_batch"] >= min(largest, effective, batch)
+
+    if well(effective):
+        return []
+    below = next((b for b in range(effective - 1, 0, -1) if well(b)), None)
+    above = next(b for b in range(effective + 1, 2 * effective + 2) if well(b))
+    return [split(b) for b in (below, above) if b is not None]
+
+
+def split_lines(plan: Plan) -> list[str]:
+    """The lines `bertmem plan` prints when the effective batch splits poorly (chapter 2: a ragged split would be
+    exact with per-example weights, but `bertmem train` splits evenly)."""
+    if not plan.nearby:
+        return []
+    options = " or ".join(f"{s['effective_batch']} ({s['micro_batch']} × {s['accumulation_steps']})"
+                          for s in plan.nearby)
+    effective = plan.request["effective_batch"]
+    return [f"effective batch {effective} splits poorly: micro-batches of {plan.micro_batch} where "
+            f"{min(plan.largest_fitting_batch, effective)} fit; {options} split well (--effective-batch)"]
 
 
 def plan_precision(precision: str, memory: str, gpu_capability: tuple[int, int] | None = None) -> tuple[str, str]:
@@ -258,7 +296,7 @@ def plan_micro_batch(request: PlanRequest, max_batch: int = 1024) -> Plan:
         middle = (low + high) // 2
         low, high = (middle, high) if fits(middle) else (low, middle)
     largest = low
-    micro = max(d for d in range(1, min(largest, request.effective_batch) + 1) if request.effective_batch % d == 0)
+    micro = largest_divisor(request.effective_batch, largest)
     chosen = report(micro)
     tensor_peak = chosen.step_peak
     at = chosen.peak_breakdown
@@ -270,7 +308,7 @@ def plan_micro_batch(request: PlanRequest, max_batch: int = 1024) -> Plan:
     return Plan(micro_batch=micro, accumulation_steps=request.effective_batch // micro,
                 largest_fitting_batch=largest, estimated_peak_bytes=request.needed_bytes(tensor_peak),
                 memory_bytes=request.memory_bytes, peak_phase=chosen.peak_phase, breakdown=breakdown,
-                request=asdict(request), notes=notes)
+                request=asdict(request), notes=notes, nearby=split_advice(request.effective_batch, largest))
 
 
 def random_batch(model, batch_size: int, seq_len: int, seed: int = 0) -> dict:
