@@ -1,6 +1,7 @@
 """Generate the "Will it fit?" page's data (book/_static/will_it_fit_data.js) from the planner.
 
     python scripts/make_fit_page.py [--workers 2] [--models ID ...] [--lengths 128 512 ...] [--output PATH]
+    python scripts/make_fit_page.py --constants-only   # cards, planner constants, time defaults; lines kept
 
 Prints the number of configurations, the file's size and the wall time. Two estimates per configuration under
 FakeTensorMode (nothing allocated); 26 minutes on two cores for the whole grid.
@@ -16,7 +17,15 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # every model's configuration is vendored
 
-from bertmem.book.fit_page import FIT_LENGTHS, grid, off_the_line_at_one, page_data, write_page_data  # noqa: E402
+from bertmem.book.fit_page import (  # noqa: E402
+    FIT_LENGTHS,
+    grid,
+    off_the_line_at_one,
+    page_constants,
+    page_data,
+    read_page_data,
+    write_page_data,
+)
 from bertmem.model.known import KNOWN_MODELS  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -29,7 +38,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lengths", nargs="+", type=int, default=list(FIT_LENGTHS))
     parser.add_argument("--output", type=Path, default=ROOT / "book" / "_static" / "will_it_fit_data.js")
     parser.add_argument("--no-validation", action="store_true", help="skip the published-readings summary")
+    parser.add_argument("--constants-only", action="store_true",
+                        help="refresh only what does not need an estimate (cards, constants, time defaults)")
     args = parser.parse_args(argv)
+    if args.constants_only:
+        size = write_page_data(args.output, {**read_page_data(args.output), **page_constants()})
+        print(f"refreshed the constants of {args.output.name}: {size / 1e6:.2f} MB")
+        return 0
     start = time.perf_counter()
     configs = grid(args.models, args.lengths)
     estimates = 2 * len(configs) + sum(map(off_the_line_at_one, configs))

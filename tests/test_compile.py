@@ -67,11 +67,22 @@ def test_a_reason_is_one_line_without_its_stack():
     assert short_reason(reason) == "self.config.problem_type is None"
 
 
+def test_compile_is_in_place_and_keeps_the_weights_names():
+    layer = Scaled()
+    names = list(layer.state_dict())
+    compile_model(layer, "default")
+    layer(torch.ones(2, 4))
+    assert list(layer.state_dict()) == names  # no "_orig_mod." prefix: checkpoints load as before
+    torch._dynamo.reset()
+
+
 def test_off_compiles_nothing():
     layer = Scaled()
-    before = compile_model(layer, "off")
-    layer(torch.ones(2, 4))
-    assert compilations_since(before).compiled == 0
+    assert compile_model(layer, "off") == []  # nothing asked of torch._dynamo
+    assert layer._compiled_call_impl is None
+    compile_model(layer, "default")
+    assert layer._compiled_call_impl is not None  # what "off" leaves alone
+    torch._dynamo.reset()
 
 
 @pytest.mark.slow

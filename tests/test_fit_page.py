@@ -2,6 +2,7 @@
 
 The page's answers against `bertmem plan --json` and the page in a browser: tests/test_site_browser.py."""
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +17,7 @@ from bertmem.book.fit_page import (
     grid,
     model_lengths,
     optimizer_facts,
+    page_constants,
     peak_lines,
     read_page_data,
     upper_envelope,
@@ -93,6 +95,12 @@ def test_the_page_data_holds_the_packages_cards_and_constants(data):
     assert cards == {key.lower(): (card.memory_mib * 2**20, card.low_precision() == "bf16")
                      for key, card in CARDS.items() if card.memory_mib}
     assert len(cards) >= 6 and not cards["t4"][1]
+    # the time estimate's rates and defaults: what the package holds today (scripts/make_fit_page.py
+    # --constants-only refreshes them)
+    constants = page_constants()
+    assert {key: data[key] for key in constants} == json.loads(json.dumps(constants))
+    t4 = next(c for c in data["cards"] if c["key"] == "t4")
+    assert t4["rates"]["fp16"] == {"tflops": CARDS["T4"].training_tflops("fp16"), "measured": True}
 
 
 def test_the_page_data_is_what_the_planner_estimates_today(data):

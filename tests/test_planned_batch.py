@@ -67,3 +67,30 @@ def test_the_planned_row_runs_with_its_plan_and_names_it(plain_csv):
     assert (planned["micro-batch"], planned["accumulation steps"]) == (8, 1)  # a T4 holds 8 × 32 tokens
     assert planned["planned for"].startswith("a Colab T4: ") and "planned for" not in full
     assert planned["activations (MiB)"] > full["activations (MiB)"]  # more examples per pass
+
+
+def test_a_resumed_bench_refuses_a_planned_row_of_another_plan():
+    from bertmem.experiments.bench import same_plan
+
+    same_plan({"micro-batch": 8}, 8)
+    with pytest.raises(ValueError, match="ran micro-batch 8, this bench plans 16: pass --memory"):
+        same_plan({"micro-batch": 8}, 16)
+
+
+def test_a_bad_memory_fails_before_the_data_loads():
+    with pytest.raises(ValueError, match="cannot read memory size"):
+        BenchConfig(memory="lots")
+
+
+def test_the_planned_rows_precision_is_the_full_recipes_without_a_plan(monkeypatch):
+    import bertmem.experiments.bench as bench_module
+
+    def no_plan(bench):
+        raise AssertionError("planned only to read a precision")
+
+    monkeypatch.setattr(bench_module, "planned_batch", no_plan)
+    bench = bench_for(None, variants=(PLANNED,))
+    assert bench_module.precisions_used(bench) == bench_module.precisions_used(
+        dataclasses.replace(bench, variants=("full recipe",)))
+    note = bench_module.auto_precision_note(bench)  # no plan asked for here either
+    assert note is None or PLANNED in note

@@ -1,14 +1,20 @@
 """Chapter 5: `bertmem plan` — the largest micro-batch under a budget, from the step's estimated peak."""
 
 import json
+import math
+from pathlib import Path
 
 import pytest
 
 from bertmem.cli import main
 from bertmem.core.units import GIB
-from bertmem.memory.cards import parse_memory
+from bertmem.memory.cards import CARDS, parse_memory
+from bertmem.memory.estimate import parameter_count
 from bertmem.memory.planner import PlanRequest, estimate_for, plan_micro_batch, planner_vs_measured, split_advice
+from bertmem.memory.speed import EpochRequest, book_length_counts, book_tokens_per_example, micro_step_floor_seconds
 from bertmem.model.loading import classifier_from_config, tiny_bert_config
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.parametrize("text, expected", [("15GiB", 15 * 2**30), ("16 GB", 16 * 10**9), ("512MiB", 2**29),
@@ -172,3 +178,43 @@ def test_bertmem_plan_says_when_the_batch_splits_poorly(capsys):
     below, above = answer["nearby"]
     assert (f"effective batch 31 splits poorly: micro-batches of 1 where {largest} fit; 30 "
             f"({below['micro_batch']} × {below['accumulation_steps']}) or 32") in capsys.readouterr().out
+
+
+def test_bertmem_plan_estimates_an_epoch_on_a_named_card_from_the_books_data_or_the_readers(capsys):
+    argv = ["plan", "--model", "bert-base-uncased", "--memory", "t4", "--max-length", "256", "--precision", "fp16",
+            "--json"]
+    assert main(argv) == 0
+    plan = json.loads(capsys.readouterr().out)
+    epoch = plan["epoch"]
+    assert epoch["examples"] == 25_000 and epoch["tokens_per_example"] == book_tokens_per_example(256)
+    per_step = max(6 * parameter_count("bert-base-uncased") * plan["micro_batch"] * epoch["tokens_per_example"]
+                   / (CARDS["T4"].training_tflops("fp16") * 1e12), micro_step_floor_seconds())
+    assert epoch["seconds"] == pytest.approx(math.ceil(25_000 / plan["micro_batch"]) * per_step, rel=1e-12)
+    assert epoch["line"].startswith("about ") and "on a Colab T4 (estimated: " in epoch["line"]
+    # the reader's data: half the examples, a third of the tokens
+    assert main(argv + ["--train-size", "12500", "--tokens-per-example", "80"]) == 0
+    theirs = json.loads(capsys.readouterr().out)["epoch"]
+    assert theirs["micro_steps"] == math.ceil(12_500 / plan["micro_batch"]) and theirs["seconds"] < epoch["seconds"]
+    # a size is no card: no speed to divide by, and the text says what to do
+    assert main(["plan", "--model", "bert-base-uncased", "--memory", "11GiB"]) == 0
+    assert "time: no estimate for a budget given as a size" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="--train-size and --tokens-per-example must be positive"):
+        EpochRequest(train_size=0)
+
+
+def test_the_books_default_data_is_imdbs_reviews_cut_at_the_length():
+    counts = book_length_counts()
+    assert sum(c for _, c in counts) == 25_000 and [n for n, _ in counts] == sorted(n for n, _ in counts)
+    short, long = book_tokens_per_example(64), book_tokens_per_example(512)
+    assert short == pytest.approx(64, rel=0.01) and 64 < long < 512  # nearly every review is longer than 64
+    assert book_tokens_per_example(10**6) == sum(n * c for n, c in counts) / 25_000  # nothing cut
+
+
+@pytest.mark.slow
+def test_the_recorded_imdb_lengths_are_what_the_tokenizer_counts_today():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("imdb_token_lengths", ROOT / "scripts" / "imdb_token_lengths.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    assert tuple(tuple(pair) for pair in script.counted()["counts"]) == book_length_counts()

@@ -276,7 +276,7 @@ FIELDS = ("model", "card", "length", "precision", "attention", "checkpointing", 
 
 def page_choice(sample) -> dict:
     """A sample as the page's choice: a size in the card's place is the reader's own card ("custom")."""
-    choice = dict(zip(FIELDS, sample))
+    choice = dict(zip(FIELDS, sample), examples=25_000, tokens=None)  # the time estimate's default data
     if choice["card"][0].isdigit():
         choice.update(card="custom", memory=choice["card"])
     return choice
@@ -340,6 +340,14 @@ def test_will_it_fit_answers_as_bertmem_plan_does(site, base_url, browser, capsy
                 "splits well nearby": (page["nearby"], cli["nearby"]),
                 "phase": (page["peak_phase"], cli["peak_phase"])}
         problems += [f"{name}: {what} {a} on the page, {b} from plan" for what, (a, b) in same.items() if a != b]
+        page_epoch = browser.execute_script("const c = arguments[0]; "
+                                            "return window.BertmemFit.epochEstimate(c, window.BertmemFit.answer(c))",
+                                            choice)
+        if (page_epoch is None) != (cli["epoch"] is None):
+            problems.append(f"{name}: time per epoch {page_epoch} on the page, {cli['epoch']} from plan")
+        elif page_epoch is not None and (page_epoch["line"] != cli["epoch"]["line"]
+                                         or abs(page_epoch["seconds"] / cli["epoch"]["seconds"] - 1) > 1e-12):
+            problems.append(f"{name}: time '{page_epoch['line']}' on the page, '{cli['epoch']['line']}' from plan")
         # the same integers, not merely within the issue's 3 %: the page runs the planner's arithmetic on its lines
         if page["estimated_peak_bytes"] != cli["estimated_peak_bytes"]:
             problems.append(f"{name}: peak {page['estimated_peak_bytes']} on the page, "
@@ -430,6 +438,7 @@ def test_will_it_fit_opens_on_the_recipe_keeps_the_choice_in_its_address_and_pri
     from selenium.webdriver.support.ui import WebDriverWait
 
     from bertmem.cli import build_parser
+    from bertmem.memory.cards import parse_memory
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     open_fit_page(browser, base_url)
@@ -452,6 +461,7 @@ def test_will_it_fit_opens_on_the_recipe_keeps_the_choice_in_its_address_and_pri
     batch = browser.find_element(By.ID, "wif-batch")
     batch.clear()
     batch.send_keys("48")
+    assert "no estimate for a card given as a size" in browser.find_element(By.ID, "wif-time").text
     chosen = browser.execute_script(current)
     assert (chosen["card"], chosen["memory"], chosen["effective_batch"]) == ("custom", "11264MiB", 48)
     answer = browser.execute_script("return window.BertmemFit.answer(window.BertmemFit.current())")
@@ -470,7 +480,34 @@ def test_will_it_fit_opens_on_the_recipe_keeps_the_choice_in_its_address_and_pri
                                                                              "estimated_peak_bytes")}
     train = build_parser().parse_args(shlex.split(train_line)[1:])  # every flag `bertmem train` takes
     assert (train.micro_batch, train.memory, train.effective_batch, train.lora_r) == ("auto", "11264MiB", 48, 8)
+    # the time per epoch on a listed card, for the reader's own data: the page's line is the command's
+    _select(browser, "card", "l4")
+    for name, value in (("examples", "8000"), ("tokens", "180")):
+        box = browser.find_element(By.ID, f"wif-{name}")
+        box.clear()
+        box.send_keys(value)
+    plan_line = browser.find_element(By.ID, "wif-plan-command").text
+    assert "--train-size 8000 --tokens-per-example 180" in plan_line
+    printed = browser.find_element(By.ID, "wif-time").text
+    assert printed == f"Time: {main_json(shlex.split(plan_line)[1:])['epoch']}." and "on an L4" in printed
+    # sizes read as `--memory` reads them (a bare number, bytes there, is refused here: asked below)
+    for size in ("11.5 gib", " .5TiB ", "16 GB", "15360MiB", "24000MB", "t4", "A100", "12e3MiB", "lots"):
+        try:
+            expected = parse_memory(size)
+        except ValueError:
+            expected = None
+        page = browser.execute_script("const m = window.BertmemFit.parseMemory(arguments[0]); "
+                                      "return m && m.bytes", size)
+        assert page == expected, (size, page, expected)
+    # an address with values the page does not offer falls back to the defaults, the card's recipe
+    browser.get(urljoin(base_url, "book/will_it_fit.html?model=nope&length=abc&precision=fp64&card=t4"))
+    WebDriverWait(browser, 30).until(lambda d: d.execute_script(
+        "return !!window.BertmemFit && !document.getElementById('wif-answer').hidden"))
+    odd = browser.execute_script(current)
+    assert (odd["model"], odd["length"], odd["precision"]) == ("google-bert/bert-base-uncased", 512, "fp16")
+    assert "precision=" not in browser.current_url  # the recipe follows the card until the reader picks
     # a size without its unit is asked for, not guessed
+    _select(browser, "card", "custom")
     memory = browser.find_element(By.ID, "wif-memory")
     memory.clear()
     memory.send_keys("11")
@@ -478,11 +515,12 @@ def test_will_it_fit_opens_on_the_recipe_keeps_the_choice_in_its_address_and_pri
 
 
 def main_json(argv: list[str]) -> dict:
-    """`bertmem plan … --json`'s micro-batch, accumulation and peak."""
+    """`bertmem plan … --json`'s micro-batch, accumulation and peak (and its time line, on a named card)."""
     from bertmem.cli import main
 
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         assert main([*argv, "--json"]) == 0
     plan = json.loads(out.getvalue())
-    return {k: plan[k] for k in ("micro_batch", "accumulation_steps", "estimated_peak_bytes")}
+    return {k: plan[k] for k in ("micro_batch", "accumulation_steps", "estimated_peak_bytes")} | (
+        {"epoch": plan["epoch"]["line"]} if plan["epoch"] else {})

@@ -291,5 +291,6 @@ def test_micro_batch_cost_decides_only_where_every_round_agrees():
     assert micro_batch_cost([0.8, 0.9], "4 × 4", "16 × 1").endswith(": faster")
     assert "about as fast" in micro_batch_cost([1.01, 0.99], "4 × 4", "16 × 1")
     assert "cannot say" in micro_batch_cost([1.2, 0.9], "4 × 4", "16 × 1")
+    assert "not every round was more than 3% slower" in micro_batch_cost([1.02, 1.10], "4 × 4", "16 × 1")
     assert micro_batch_cost([1.2], "8 × 4", "32 × 1") == (
         "micro-batch 8 × 4 took 1.20× the training time of 32 × 1 in its one round: slower")

@@ -41,6 +41,8 @@
   // (bertmem.memory.cards.parse_memory); null without a unit, which the page asks for rather than guessing.
   const UNITS = { b: 1, kb: 1e3, mb: 1e6, gb: 1e9, tb: 1e12, kib: 2 ** 10, mib: 2 ** 20, gib: 2 ** 30, tib: 2 ** 40 };
   function parseMemory(textValue) {
+    const named = data().cards.find((c) => c.key === String(textValue || "").trim().toLowerCase());
+    if (named) return { bytes: named.memory, flag: named.key }; // a card's name, as --memory takes it
     const match = /^\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]+)\s*$/.exec(String(textValue || ""));
     if (!match || !(match[2].toLowerCase() in UNITS)) return null;
     const bytes = Math.trunc(parseFloat(match[1]) * UNITS[match[2].toLowerCase()]);
@@ -151,10 +153,57 @@
     if (choice.adaptation === "lora") flags.push("--lora-r", String(d.lora_rank));
     if (choice.adaptation === "freeze") flags.push("--freeze-layers", String(model.frozen_layers));
     flags.push("--effective-batch", String(choice.effective_batch));
+    const epoch = ["--train-size", String(choice.examples)];
+    if (choice.tokens !== null) epoch.push("--tokens-per-example", String(choice.tokens));
     return {
-      plan: ["bertmem plan", ...flags].join(" "),
+      plan: ["bertmem plan", ...flags, ...epoch].join(" "),
       train: ["bertmem train --dataset YOUR_FILE.csv --output-dir runs/mine", ...flags, "--micro-batch auto"]
         .join(" "),
+    };
+  }
+
+  function withArticle(name) {
+    return ("AEFHILMNORSX".includes(name.charAt(0).toUpperCase()) ? "an " : "a ") + name;
+  }
+
+  // IMDb's mean tokens per training review cut at `length` (bertmem.memory.speed.book_tokens_per_example).
+  function bookTokens(length) {
+    let tokens = 0;
+    let examples = 0;
+    for (const [n, count] of data().epoch.counts) {
+      tokens += Math.min(n, length) * count;
+      examples += count;
+    }
+    return tokens / examples;
+  }
+
+  // The estimated time per epoch, as `bertmem plan` prints it (bertmem.memory.speed.epoch_estimate): each
+  // micro-step the larger of its 6 · parameters · tokens over the card's training rate and A3's measured floor.
+  // null for a card typed as a size (its speed is unknown) or a plan that does not fit.
+  function epochEstimate(choice, result) {
+    if (!result.fits || choice.card === "custom") return null;
+    const d = data();
+    const card = cardOf(choice.card);
+    const rate = card.rates[choice.precision];
+    const tokens = choice.tokens === null ? bookTokens(choice.length) : choice.tokens;
+    const steps = Math.ceil(choice.examples / result.micro_batch);
+    const recompute = choice.checkpointing ? 4 / 3 : 1.0;
+    const compute = 6.0 * modelOf(choice.model).parameters * (result.micro_batch * tokens) * recompute
+      / (rate.tflops * 1e12);
+    const floor = d.epoch.floor_s;
+    const perStep = Math.max(compute, floor);
+    const seconds = steps * perStep;
+    const source = rate.tflops.toFixed(1) + " TFLOP/s, " + (rate.measured ? "a BERT fine-tune's published rate on it"
+      : (100 * card.utilisation).toFixed(0) + "% of its datasheet peak (assumed)");
+    const basis = "6 · parameters · tokens at " + source + "; no micro-step under A3's " + (1000 * floor).toFixed(0)
+      + " ms, measured for bert-base at micro-batch 8 on an H200";
+    const minutes = seconds / 60;
+    const took = minutes >= 1 ? "about " + minutes.toFixed(0) + " min" : "about " + seconds.toFixed(0) + " s";
+    const bound = compute >= floor ? "compute" : "per-step floor";
+    return {
+      seconds, micro_steps: steps, tokens_per_example: tokens,
+      line: took + " per epoch on " + withArticle(card.name) + " (estimated: " + steps + " micro-steps of "
+        + (1000 * perStep).toFixed(0) + " ms, " + bound + "-bound; " + basis + ")",
     };
   }
 
@@ -231,6 +280,8 @@
       checkpointing: $("checkpointing").value === "1", optimizer: $("optimizer").value,
       adaptation: $("adaptation").value,
       effective_batch: Math.min(4096, Math.max(1, Math.floor(Number($("batch").value)) || 1)),
+      examples: Math.max(1, Math.floor(Number($("examples").value)) || 1),
+      tokens: $("tokens").value.trim() === "" || !(Number($("tokens").value) > 0) ? null : Number($("tokens").value),
     };
   }
 
@@ -270,7 +321,7 @@
     } catch (err) {
       $("verdict").className = "wif-verdict wif-no";
       $("verdict").textContent = err.message.charAt(0).toUpperCase() + err.message.slice(1) + ".";
-      for (const id of ["plan", "split", "levers", "accelerate"]) $(id).textContent = "";
+      for (const id of ["plan", "split", "time", "levers", "accelerate"]) $(id).textContent = "";
       for (const id of ["bar", "parts"]) $(id).replaceChildren();
       $("commands").hidden = true;
       $("answer").dataset.state = "no-memory";
@@ -298,6 +349,10 @@
       + result.nearby.map((s) => s.effective_batch + " (" + s.micro_batch + " × " + s.accumulation_steps + ")")
         .join(" or ") + " split well. (A ragged split would give the same gradient with chapter 2's per-example "
       + "weights; bertmem train splits evenly.)" : "";
+    const epoch = epochEstimate(choice, result);
+    $("time").textContent = epoch ? "Time: " + epoch.line + "." : result.fits ? "Time: no estimate for a card "
+      + "given as a size (its speed is unknown); choose the listed card nearest yours." : "";
+    $("tokens").placeholder = "IMDb's: " + bookTokens(choice.length).toFixed(1);
     const lines = commands(choice);
     $("copy").textContent = "Copy";
     $("plan-command").textContent = lines.plan;
@@ -386,13 +441,14 @@
 
   // The choice in the address (?model=…&card=…), so a reload or a shared link restores it.
   const URL_FIELDS = ["model", "card", "memory", "length", "precision", "attention", "checkpointing", "optimizer",
-    "adaptation", "batch"];
+    "adaptation", "batch", "examples", "tokens"];
 
   function keepInUrl(choice) {
     const values = { ...choice, checkpointing: choice.checkpointing ? "1" : "0", batch: choice.effective_batch };
     const query = new URLSearchParams();
     for (const name of URL_FIELDS) {
-      if (name === "memory" && choice.card !== "custom") continue;
+      if ((name === "memory" && choice.card !== "custom") || (name === "tokens" && choice.tokens === null)) continue;
+      if (name === "precision" && wanted.precision === null) continue; // the card's recipe, wherever it is opened
       query.set(name, String(values[name]));
     }
     window.history.replaceState(null, "", "?" + query.toString() + window.location.hash);
@@ -401,7 +457,8 @@
   function copyCommands() {
     const lines = $("plan-command").textContent + "\n" + $("train-command").textContent + "\n";
     const done = () => { $("copy").textContent = "Copied"; };
-    if (navigator.clipboard && window.isSecureContext) navigator.clipboard.writeText(lines).then(done, () => {});
+    const failed = () => { $("copy").textContent = "Could not copy: select the text"; };
+    if (navigator.clipboard && window.isSecureContext) navigator.clipboard.writeText(lines).then(done, failed);
     else {
       const range = document.createRange();
       range.selectNodeContents($("commands-text"));
@@ -415,8 +472,9 @@
     const d = data();
     const asked = new URLSearchParams(window.location.search);
     const given = (name, fallback) => (asked.has(name) ? asked.get(name) : fallback);
+    const model = "google-bert/bert-base-uncased";
     fill($("model"), d.models.map((m) => [m.id, m.id + " (" + Math.round(m.parameters / 1e6) + " M)"]),
-      given("model", "google-bert/bert-base-uncased"));
+      given("model", model), model);
     fill($("card"), [...d.cards.map((c) => [c.key, c.name + " (" + gib(c.memory) + " GiB)"]),
       ["custom", "your card: its memory"]], given("card", "t4"), "t4");
     $("memory").value = given("memory", "11 GiB");
@@ -424,12 +482,16 @@
     fill($("adaptation"), Object.entries(ADAPTATIONS), given("adaptation", "full"), "full");
     fill($("checkpointing"), [["0", "off"], ["1", "on"]], given("checkpointing", "0"), "0");
     $("batch").value = given("batch", "32");
-    if (asked.has("length")) wanted.length = Number(asked.get("length"));
-    if (asked.has("precision")) wanted.precision = asked.get("precision");
-    if (asked.has("attention")) wanted.attention = asked.get("attention");
+    $("examples").value = given("examples", String(d.epoch.examples));
+    $("tokens").value = given("tokens", "");
+    // values from an address are kept only where the page offers them (a length is matched to the nearest below)
+    if (Number(asked.get("length")) > 0) wanted.length = Number(asked.get("length"));
+    if (["fp32", "fp16", "bf16"].includes(asked.get("precision"))) wanted.precision = asked.get("precision");
+    if (["sdpa", "eager"].includes(asked.get("attention"))) wanted.attention = asked.get("attention");
+    const typed = ["batch", "memory", "examples", "tokens"];
     for (const id of ["model", "card", "memory", "length", "precision", "attention", "checkpointing", "optimizer",
-      "adaptation", "batch"]) {
-      $(id).addEventListener(id === "batch" || id === "memory" ? "input" : "change", () => {
+      "adaptation", ...typed]) {
+      $(id).addEventListener(typed.includes(id) ? "input" : "change", () => {
         if (id in wanted) wanted[id] = id === "length" ? Number($(id).value) : $(id).value;
         render();
       });
@@ -440,7 +502,7 @@
     $("answer").hidden = false;
   }
 
-  window.BertmemFit = { answer, alternatives, current, commands, parseMemory };
+  window.BertmemFit = { answer, alternatives, current, commands, parseMemory, epochEstimate, bookTokens };
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start);
   else start();
 })();

@@ -14,6 +14,7 @@ from bertmem.core.units import GIB
 from bertmem.experiments.fit import FitRequest
 from bertmem.experiments.predict import PredictConfig
 from bertmem.memory.planner import PlanRequest
+from bertmem.memory.speed import EpochRequest
 from bertmem.profiles import get_profile
 
 
@@ -50,6 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="the largest micro-batch that fits a memory budget (estimated, no GPU needed)")
     planned = profile if profile.device.startswith("cuda") else get_profile("gpu")  # what a GPU would run
     add_config_flags(p, PlanRequest, planned.plan_request())
+    add_config_flags(p, EpochRequest)
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     parser.train_parser = t  # --recipe sets its defaults (main)
     f = sub.add_parser("predict", allow_abbrev=False,
@@ -60,25 +62,31 @@ def build_parser() -> argparse.ArgumentParser:
 
 def plan_main(args: argparse.Namespace) -> dict:
     """Estimate the largest micro-batch under the budget and print the plan (text or JSON)."""
-    from bertmem.core.devices import cuda_free_bytes, device_capability
-    from bertmem.memory.cards import CARD_MEMORY, DEFAULT_CARD, parse_memory
-    from bertmem.memory.planner import plan_micro_batch, plan_precision
+    import torch
+
+    from bertmem.core.devices import cuda_available, cuda_free_bytes, device_capability, device_name
+    from bertmem.memory.cards import CARD_MEMORY, DEFAULT_CARD, card_for, card_named, parse_memory
+    from bertmem.memory.planner import plan_epoch, plan_micro_batch, plan_precision
 
     context = parse_memory(args.cuda_context_bytes)
+    card = card_named(args.memory_bytes)  # a named card: its speed gives the time per epoch
     if args.memory_bytes == "auto":
         memory = cuda_free_bytes()
         if memory is None:  # no GPU here: answer for the card most readers have
-            memory = CARD_MEMORY[DEFAULT_CARD]
+            memory, card = CARD_MEMORY[DEFAULT_CARD], card_named(DEFAULT_CARD)
             print(f"no CUDA GPU on this machine: planning for a {DEFAULT_CARD.upper()} "
                   f"({memory / GIB:.0f} GiB; --memory sets another budget or card)", file=sys.stderr)
         else:
             context = 0  # free memory is measured after this process made its CUDA context
+            # this GPU, if the book knows it: its speed
+            card = card_for(device_name(torch.device("cuda"))) if cuda_available() else None
     else:
         memory = parse_memory(args.memory_bytes)
     precision, why = plan_precision(args.precision, args.memory_bytes, device_capability())
     plan = plan_micro_batch(config_from_flags(PlanRequest, args, memory_bytes=memory, cuda_context_bytes=context,
                                               precision=precision))
     plan.precision_asked = args.precision  # the command keeps 'auto': the card's choice on the card, fp32 on a CPU
+    plan.epoch = plan_epoch(plan, card, config_from_flags(EpochRequest, args))
     if args.precision == "auto" and not args.json:
         print(f"precision {precision} ({why})")
     print(json.dumps(plan.as_dict()) if args.json else plan.describe())

@@ -8,7 +8,7 @@ from typing import Any
 
 from bertmem.book.chapters import Run, run_seconds
 from bertmem.book.plots import markdown_table
-from bertmem.experiments.bench import PLANNED, BenchConfig, variant_settings
+from bertmem.experiments.bench import CHAIN_OF, BenchConfig, variant_settings
 from bertmem.memory.cards import CARDS, card_for
 from bertmem.memory.estimate import parameter_count
 
@@ -23,7 +23,7 @@ def estimated_minutes(bench: BenchConfig, card=None) -> float:
     params, seconds = parameter_count(bench.model_id), 0.0
     for variant in bench.variants:
         # the planned micro-batch splits the full recipe's work differently, the FLOPs are the same
-        _, data, recipe = variant_settings(bench, "full recipe" if variant == PLANNED else variant)
+        _, data, recipe = variant_settings(bench, CHAIN_OF.get(variant, variant))
         run = Run(data, recipe.precision, epochs=bench.epochs, repeats=len(bench.seeds),
                   recompute=4 / 3 if recipe.gradient_checkpointing else 1.0)
         seconds += run_seconds(run, params, card or CARDS["T4"])

@@ -26,6 +26,7 @@ from bertmem.book.published import comparison, published_rows
 from bertmem.memory.estimate import estimate_step_memory, model_config, parameter_count
 from bertmem.memory.measure import MemoryReport
 from bertmem.memory.planner import ALLOCATOR_MARGIN, PlanRequest
+from bertmem.memory.speed import BOOK_EXAMPLES, book_length_counts, micro_step_floor_seconds
 from bertmem.model.adapters import LORA_RANK
 from bertmem.model.known import KNOWN_MODELS, attention_kernels, usable_positions
 
@@ -282,19 +283,36 @@ def page_data(models: Iterable[str] = tuple(KNOWN_MODELS), lengths: Iterable[int
     entries = {m: model_entry(m) for m in models}
     facts = dict(_pool_map(_optimizer_job, optimizer_jobs, workers))  # first: it checks what the lines rely on
     peaks = dict(_pool_map(_lines_job, configs, workers))
-    request = PlanRequest()
     return {
         "versions": {"torch": torch.__version__.split("+")[0],
                      "transformers": transformers.__version__},
-        "margin": request.allocator_margin, "context": request.cuda_context_bytes, "max_batch": MAX_BATCH,
-        "lora_rank": LORA_RANK, "lengths": list(lengths),
-        "cards": [{"key": key.lower(), "name": card.name, "memory": card.memory_mib * 2**20,
-                   "bf16": card.low_precision() == "bf16"} for key, card in CARDS.items() if card.memory_mib],
+        **page_constants(), "lengths": list(lengths),
         "models": [{**entries[m], "optimizers": {o: {a: facts[(m, a, o)] for a in ADAPTATIONS}
                                                      for o in FIT_OPTIMIZERS}} for m in models],
         "peaks": peaks,
         "validation": validation_summary() if validation else None,
     }
+
+
+def card_entry(key: str, card) -> dict[str, Any]:
+    """A card as the page holds it: memory, bf16, and the training rate per precision the time estimate divides
+    by, with whether it was measured (`Card.training_tflops`, `bertmem.memory.speed.epoch_estimate`)."""
+    precisions = ("fp32", "fp16", "bf16") if card.low_precision() == "bf16" else ("fp32", "fp16")
+    return {"key": key.lower(), "name": card.name, "memory": card.memory_mib * 2**20,
+            "bf16": card.low_precision() == "bf16", "utilisation": card.utilisation,
+            "rates": {p: {"tflops": card.training_tflops(p), "measured": p in card.measured_tflops}
+                      for p in precisions}}
+
+
+def page_constants() -> dict[str, Any]:
+    """What the page takes from the package besides the estimated lines: the planner's constants, the cards and
+    the time estimate's defaults (`scripts/make_fit_page.py --constants-only` refreshes just these)."""
+    request = PlanRequest()
+    return {"margin": request.allocator_margin, "context": request.cuda_context_bytes, "max_batch": MAX_BATCH,
+            "lora_rank": LORA_RANK,
+            "cards": [card_entry(key, card) for key, card in CARDS.items() if card.memory_mib],
+            "epoch": {"examples": BOOK_EXAMPLES, "floor_s": micro_step_floor_seconds(),
+                      "counts": [list(pair) for pair in book_length_counts()]}}
 
 
 def write_page_data(path, data: dict[str, Any]) -> int:
@@ -314,5 +332,6 @@ def read_page_data(path) -> dict[str, Any]:
 
 
 __all__ = ["ADAPTATIONS", "FIT_LENGTHS", "FIT_OPTIMIZERS", "FIT_PRECISIONS", "FitConfig", "MAX_BATCH", "PREFIX",
-           "accelerate_answer", "config_lines", "grid", "levers", "model_lengths", "optimizer_facts", "page_data",
+           "accelerate_answer", "card_entry", "config_lines", "grid", "levers", "model_lengths", "optimizer_facts",
+           "page_constants", "page_data",
            "peak_lines", "read_page_data", "upper_envelope", "write_page_data"]

@@ -122,8 +122,8 @@ def micro_batch_cost(ratios: list[float], small: str, planned: str) -> str:
     if min(ratios) >= 1 - BAND and max(ratios) <= 1 + BAND:
         return (f"micro-batch {small} took {span} the training time of {planned} over {rounds}: about as fast, "
                 f"within {BAND:.0%}")
-    return (f"micro-batch {small} took {span} the training time of {planned} over {rounds}: the rounds disagree, "
-            "so this run cannot say which is faster")
+    return (f"micro-batch {small} took {span} the training time of {planned} over {rounds}: not every round was "
+            f"more than {BAND:.0%} slower, nor every round {BAND:.0%} faster, so this run cannot say which is faster")
 
 
 def cpu_precision_timing(fp16_x: float, bf16_x: float, auto_choice: str) -> str:

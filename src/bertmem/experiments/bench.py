@@ -58,6 +58,7 @@ PLANNED = "full recipe, planned micro-batch"
 CHAIN = ("fp32 baseline", "accumulation ×4", "mixed precision + accumulation", "full recipe",
          "full + gradient checkpointing", "smallest footprint")
 VARIANTS = (*CHAIN, PLANNED)
+CHAIN_OF = {PLANNED: "full recipe"}  # the chain's variant a branch shares its precision and its work with
 
 
 @dataclass(frozen=True)
@@ -102,6 +103,8 @@ class BenchConfig(RefusesRenamed):
         unknown = [v for v in self.variants if v not in VARIANTS]
         if unknown:
             raise ValueError(f"unknown variant(s) {unknown}: choose from {VARIANTS}")
+        if self.memory is not None:
+            parse_memory(self.memory)  # a bad size fails here, before any data loads
 
 
 Settings = tuple[RunConfig, DataConfig, TrainConfig]
@@ -189,11 +192,12 @@ def fit_check(bench: BenchConfig, model, run: RunConfig, data: DataConfig, confi
     return f"does not fit (estimated {needed / 1e9:.1f} GB > {budget / 1e9:.1f} GB)"
 
 
-def variant_measure(bench: BenchConfig, run: RunConfig, data: DataConfig, config: TrainConfig):
-    """What chapter 5 records before a variant trains: the fit check, then one step's bytes on the widest
-    micro-batch; the variant's model is prepared (levers, checkpointing) and placed as its training needs."""
+def variant_measure(bench: BenchConfig, run: RunConfig, data: DataConfig, config: TrainConfig, check: bool = True):
+    """What chapter 5 records before a variant trains: the fit check (unless `check` is False: the planned row's
+    plan was its check, made for the budget's card), then one step's bytes on the widest micro-batch; the
+    variant's model is prepared (levers, checkpointing) and placed as its training needs."""
     def measure(model, tokenizer, loaders) -> dict[str, Any]:
-        verdict = fit_check(bench, model, run, data, config, config.precision)  # before the model takes memory
+        verdict = fit_check(bench, model, run, data, config, config.precision) if check else None
         if verdict is not None:
             raise Skip(verdict)
         prepare_model(model, config, run.device).train()  # chapter 8's levers before the memory is measured
@@ -235,9 +239,11 @@ def run_variant(bench: BenchConfig, variant: str, frames, peak_tflops: dict[str,
     row = {"variant": variant, "micro-batch": data.micro_batch, "accumulation steps": config.accumulation_steps,
            "precision": precision, "attention": run.attention,
            "padding": "dynamic, length-grouped" if data.group_by_length else f"to {data.max_length}"}
+    planned = variant == PLANNED and planned_batch(bench)[0] is not None
     if variant == PLANNED:  # the budget and the estimate the micro-batch was chosen by
         row["planned for"] = planned_batch(bench)[1]
-    done = fit_arm(variant, (run, data, config), frames, loop, variant_measure(bench, run, data, config))
+    done = fit_arm(variant, (run, data, config), frames, loop,
+                   variant_measure(bench, run, data, config, check=not planned))
     if done.note is not None:
         return {**row, "accuracy": float("nan"), "note": done.note}
     report, result, device = done.measured["report"], done.result, torch.device(run.device)
@@ -339,14 +345,14 @@ def precisions_used(bench: BenchConfig) -> list[str]:
     """The precisions the variants run in on this device ('auto' resolved: fp16 on a T4, bf16 on newer cards)."""
 
     device = torch.device(bench.device).type
-    return sorted({choose_precision(variant_settings(bench, v)[2].precision, device, verbose=False).precision
-                   for v in bench.variants})
+    return sorted({choose_precision(variant_settings(bench, CHAIN_OF.get(v, v))[2].precision, device,
+                                    verbose=False).precision for v in bench.variants})
 
 
 def auto_precision_note(bench: BenchConfig) -> str | None:
     """A line when the variants that ask for mixed precision run fp32 (`auto` on a CPU without native bf16)."""
     device = torch.device(bench.device).type
-    asked = [v for v in bench.variants if variant_settings(bench, v)[2].precision == "auto"]
+    asked = [v for v in bench.variants if variant_settings(bench, CHAIN_OF.get(v, v))[2].precision == "auto"]
     if not asked or choose_precision("auto", device, verbose=False).precision != "fp32":
         return None
     return (f"the rows that ask for mixed precision ({', '.join(asked)}) run fp32 here: `auto` found no native "
@@ -464,6 +470,8 @@ def run_bench(bench: BenchConfig, loop: Callable = train, finished: FinishedRuns
         rows = {}
         for _, variant in (arm for arm in order if arm[0] == seed):
             rows[variant] = finished.row(variant, seed) if finished is not None else None
+            if rows[variant] is not None and variant == PLANNED:
+                same_plan(rows[variant], variant_settings(bench, PLANNED, seed)[1].micro_batch)
             if rows[variant] is None:
                 rows[variant] = run_variant(bench, variant, frames, peaks, seed, loop)
                 if finished is not None:
@@ -476,6 +484,13 @@ def run_bench(bench: BenchConfig, loop: Callable = train, finished: FinishedRuns
     return {"rows": rows, "rounds": rounds, "matmul_tflops": peaks, "matmul_tflops_per_round": peaks_per_round,
             "bf16_matmul_tflops": peaks.get("bf16"), "settings": asdict(bench), "environment": environment_info(),
             "precision note": note}
+
+
+def same_plan(kept: dict[str, Any], micro_batch: int) -> None:
+    """Refuse to pool a finished planned row with rows of another plan (free memory moves between processes)."""
+    if kept.get("micro-batch", micro_batch) != micro_batch:
+        raise ValueError(f"the finished '{PLANNED}' rows ran micro-batch {kept['micro-batch']}, this bench plans "
+                         f"{micro_batch}: pass --memory to plan for a fixed budget, or --overwrite to start over")
 
 
 def variant_shape(bench: BenchConfig, variant: str, num_labels: int) -> MatmulShape:

@@ -17,9 +17,10 @@ from bertmem.core.flags import RefusesRenamed
 from bertmem.core.units import GIB
 from bertmem.data.windows import check_window, default_stride, window_count
 from bertmem.loop.precision import PRECISIONS, choose_precision
-from bertmem.memory.cards import CARD_MEMORY, CUDA_CONTEXT_BYTES, DEFAULT_CARD, card_named, card_precision
-from bertmem.memory.estimate import estimate_step_memory, model_config
+from bertmem.memory.cards import CARD_MEMORY, CUDA_CONTEXT_BYTES, DEFAULT_CARD, Card, card_named, card_precision
+from bertmem.memory.estimate import estimate_step_memory, model_config, parameter_count
 from bertmem.memory.measure import measure_step_memory
+from bertmem.memory.speed import EpochRequest, book_tokens_per_example, epoch_estimate
 from bertmem.model.adapters import LORA_RANK
 from bertmem.model.known import attention_kernels, takes_token_types
 from bertmem.model.loading import enable_gradient_checkpointing
@@ -138,6 +139,7 @@ class Plan:
     precision_asked: str | None = None  # 'auto' when the precision was chosen for the card: the command keeps it
     nearby: list[dict[str, int]] = field(default_factory=list)  # effective batches that split well, if this one
     #                                                             splits poorly (`split_advice`); else empty
+    epoch: dict[str, Any] | None = None  # the estimated time per epoch on the named card (`plan_epoch`)
 
     def as_dict(self) -> dict[str, Any]:
         """One JSON-ready object (`bertmem plan --json`), with the `bertmem train` command that runs it."""
@@ -174,6 +176,8 @@ class Plan:
                  *split_lines(self),
                  f"estimated peak {self.estimated_peak_bytes / GIB:.2f} GiB (during {self.peak_phase}):"]
         lines += [f"  {name:<34} {size / GIB:6.2f} GiB" for name, size in self.breakdown.items()]
+        lines.append(f"time: {self.epoch['line']}" if self.epoch else "time: no estimate for a budget given as a "
+                     "size (its speed is unknown): name the card, e.g. --memory t4")
         lines += [f"note: {note}" for note in self.notes]
         lines.append(f"to run it: {self.train_command()} (your file, and --text-column and --label-column if its "
                      "columns are not text and label; to plan again for the file's longest batch, replace "
@@ -309,6 +313,18 @@ def plan_micro_batch(request: PlanRequest, max_batch: int = 1024) -> Plan:
                 largest_fitting_batch=largest, estimated_peak_bytes=request.needed_bytes(tensor_peak),
                 memory_bytes=request.memory_bytes, peak_phase=chosen.peak_phase, breakdown=breakdown,
                 request=asdict(request), notes=notes, nearby=split_advice(request.effective_batch, largest))
+
+
+def plan_epoch(plan: Plan, card: Card | None, epoch: EpochRequest) -> dict[str, Any] | None:
+    """The plan's estimated time per epoch on `card` for `epoch`'s data (IMDb's by default), as `bertmem plan`
+    prints it and the "Will it fit?" page computes it; None without a card or with windows (chapter 9)."""
+    r = plan.request
+    if card is None or r.get("window"):
+        return None
+    tokens = epoch.tokens_per_example or book_tokens_per_example(r["max_length"])
+    estimate = epoch_estimate(parameter_count(r["model_id"]), epoch.train_size, tokens, plan.micro_batch, card,
+                              r["precision"], 4 / 3 if r["gradient_checkpointing"] else 1.0)
+    return {**asdict(estimate), "line": estimate.line(), "examples": epoch.train_size, "tokens_per_example": tokens}
 
 
 def random_batch(model, batch_size: int, seq_len: int, seed: int = 0) -> dict:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib.resources import files
 
@@ -22,6 +22,38 @@ from bertmem.memory.cards import Card, with_article
 def training_flops(num_params: int, tokens: int) -> float:
     """6 · parameters · tokens: one forward and backward pass over `tokens` (Kaplan et al., 2020)."""
     return 6.0 * num_params * tokens
+
+
+BOOK_EXAMPLES = 25_000  # IMDb's training reviews: the epoch the estimates assume unless told another
+
+
+@dataclass(frozen=True)
+class EpochRequest:
+    """The data an epoch's time is estimated for (`bertmem plan`, the "Will it fit?" page)."""
+
+    train_size: int = field(default=BOOK_EXAMPLES, metadata={
+        "help": "training examples per epoch, for the time estimate (default: IMDb's 25,000 reviews)"})
+    tokens_per_example: float | None = field(default=None, metadata={
+        "help": "mean tokens per training example as the card computes them, for the time estimate (default: "
+                "IMDb's reviews cut at --max-length, counted with BERT's tokenizer)"})
+
+    def __post_init__(self) -> None:
+        if self.train_size < 1 or (self.tokens_per_example is not None and self.tokens_per_example <= 0):
+            raise ValueError(f"--train-size and --tokens-per-example must be positive, got {self.train_size} and "
+                             f"{self.tokens_per_example}")
+
+
+@lru_cache(maxsize=None)
+def book_length_counts() -> tuple[tuple[int, int], ...]:
+    """IMDb's training reviews as (tokens, how many), uncut (`scripts/imdb_token_lengths.py`)."""
+    recorded = json.loads(files("bertmem").joinpath("recorded", "imdb-token-lengths.json").read_text(encoding="utf-8"))
+    return tuple((int(n), int(c)) for n, c in recorded["counts"])
+
+
+def book_tokens_per_example(max_length: int) -> float:
+    """IMDb's mean tokens per training review when cut at `max_length`: the time estimates' default data."""
+    counts = book_length_counts()
+    return sum(min(n, max_length) * c for n, c in counts) / sum(c for _, c in counts)
 
 
 @lru_cache(maxsize=None)

@@ -28,7 +28,7 @@ class Compilations:
         at_least = "" if self.complete else "at least "
         recompiled = "a recompilation" if self.recompilations == 1 else "recompilations"
         why = f" (the first: {self.reasons[0]})" if self.reasons else ""
-        return (f"torch.compile ({mode}): {self.compiled} frame{'s' * (self.compiled != 1)} compiled, "
+        return (f"torch.compile ({mode}): {at_least}{self.compiled} frame{'s' * (self.compiled != 1)} compiled, "
                 f"{at_least}{self.recompilations} of them {recompiled}{why}")
 
 
@@ -44,9 +44,10 @@ def check_compile_mode(mode: str, pad_to_multiple_of: int | None) -> None:
 def compile_model(model: torch.nn.Module, mode: str) -> list[object]:
     """Compile `model` in place (its state dict keeps its names); return PyTorch's compilation records so far,
     the mark `compilations_since` counts from (chapter 5)."""
+    if mode == "off":
+        return []
     before = compilation_records()
-    if mode != "off":
-        model.compile(mode=None if mode == "default" else mode)
+    model.compile(mode=None if mode == "default" else mode)
     return before
 
 
@@ -66,12 +67,13 @@ def short_reason(reason: str) -> str:
 
 def compilations_since(before: list[object]) -> Compilations:
     """The compilations recorded after `before`: a recompilation is one of a frame already compiled."""
-    from torch._dynamo.utils import DEFAULT_COMPILATION_METRICS_LIMIT  # as above
+    from torch._dynamo.utils import _compilation_metrics  # as above: the bounded list itself, for its limit
 
     seen = {id(record) for record in before}
     new = [record for record in compilation_records() if id(record) not in seen]
     reasons = tuple(short_reason(r.recompile_reason) for r in new if getattr(r, "recompile_reason", None))
     recompiled = sum(1 for r in new if (getattr(r, "cache_size", 0) or 0) > 0 or
                      getattr(r, "recompile_reason", None))
-    complete = len(before) + len(new) < DEFAULT_COMPILATION_METRICS_LIMIT
+    # the list drops its oldest records when full: as many new records as it holds may hide more
+    complete = _compilation_metrics.maxlen is None or len(new) < _compilation_metrics.maxlen
     return Compilations(len(new), recompiled, reasons, complete)
