@@ -61,6 +61,11 @@ def test_a_new_shape_is_counted_as_a_recompilation():
     torch._dynamo.reset()
 
 
+def test_counts_past_what_pytorch_keeps_are_lower_bounds():
+    line = Compilations(64, 10, (), complete=False).line("default")
+    assert line.startswith("torch.compile (default): at least 64 frames compiled, at least 10 of them")
+
+
 def test_a_reason_is_one_line_without_its_stack():
     reason = ("0/0: self.config.problem_type is None      # if self.config.problem_type is None:  # x.py:1 in forward"
               "\nUser stack trace:\n  File \"x.py\", line 1")

@@ -98,11 +98,14 @@ def test_a_plain_plan_answers_for_a_t4_on_any_machine(capsys, monkeypatch):
     assert answer["memory_bytes"] == 15 * GIB and answer["request"]["model_id"] == "bert-base-uncased"
     assert answer["request"]["max_length"] == 512 and answer["request"]["effective_batch"] == 32
     assert main(["plan", "--memory", "auto", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["memory_bytes"] == 40 * GIB
+    on_gpu = json.loads(capsys.readouterr().out)
+    assert on_gpu["memory_bytes"] == 40 * GIB
+    assert on_gpu["epoch"] is None and on_gpu["no_epoch"].startswith("the book holds no speed for ")  # no GPU name
     monkeypatch.setattr(bertmem.core.devices, "cuda_free_bytes", lambda *a, **k: None)  # no GPU at all
     assert main(["plan", "--memory", "auto", "--json"]) == 0
     out = capsys.readouterr()
     assert json.loads(out.out)["memory_bytes"] == answer["memory_bytes"] and "planning for a T4" in out.err
+    assert json.loads(out.out)["epoch"]["card"] == "Colab T4"  # the time is the card the memory is planned for
 
 
 # bf16 + eager was 8-21 % off while the measured batch had no padding (transformers then skips the mask)
@@ -197,7 +200,15 @@ def test_bertmem_plan_estimates_an_epoch_on_a_named_card_from_the_books_data_or_
     assert theirs["micro_steps"] == math.ceil(12_500 / plan["micro_batch"]) and theirs["seconds"] < epoch["seconds"]
     # a size is no card: no speed to divide by, and the text says what to do
     assert main(["plan", "--model", "bert-base-uncased", "--memory", "11GiB"]) == 0
-    assert "time: no estimate for a budget given as a size" in capsys.readouterr().out
+    assert "time: no estimate: a budget given as a size has no known speed" in capsys.readouterr().out
+    # a precision the card has no rate for still gets its memory plan, and says why there is no time
+    assert main(["plan", "--model", "bert-base-uncased", "--memory", "t4", "--precision", "bf16", "--json"]) == 0
+    bf16 = json.loads(capsys.readouterr().out)
+    assert bf16["micro_batch"] >= 1 and bf16["epoch"] is None and bf16["no_epoch"] == (
+        "a Colab T4 has no bf16 rate (its 16-bit format: fp16)")
+    assert main(["plan", "--model", "bert-base-uncased", "--memory", "t4", "--max-length", "1024", "--window",
+                 "512", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["no_epoch"] == "reading windows (--window) is not estimated"
     with pytest.raises(ValueError, match="--train-size and --tokens-per-example must be positive"):
         EpochRequest(train_size=0)
 

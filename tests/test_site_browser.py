@@ -461,7 +461,7 @@ def test_will_it_fit_opens_on_the_recipe_keeps_the_choice_in_its_address_and_pri
     batch = browser.find_element(By.ID, "wif-batch")
     batch.clear()
     batch.send_keys("48")
-    assert "no estimate for a card given as a size" in browser.find_element(By.ID, "wif-time").text
+    assert "no estimate: a budget given as a size has no known speed" in browser.find_element(By.ID, "wif-time").text
     chosen = browser.execute_script(current)
     assert (chosen["card"], chosen["memory"], chosen["effective_batch"]) == ("custom", "11264MiB", 48)
     answer = browser.execute_script("return window.BertmemFit.answer(window.BertmemFit.current())")
@@ -506,8 +506,14 @@ def test_will_it_fit_opens_on_the_recipe_keeps_the_choice_in_its_address_and_pri
     odd = browser.execute_script(current)
     assert (odd["model"], odd["length"], odd["precision"]) == ("google-bert/bert-base-uncased", 512, "fp16")
     assert "precision=" not in browser.current_url  # the recipe follows the card until the reader picks
-    # a size without its unit is asked for, not guessed
+    # a card's name typed as its memory is that card, with its speed
     _select(browser, "card", "custom")
+    memory = browser.find_element(By.ID, "wif-memory")
+    memory.clear()
+    memory.send_keys("t4")
+    _select(browser, "precision", "fp16")
+    assert "on a Colab T4 (estimated: " in browser.find_element(By.ID, "wif-time").text
+    # a size without its unit is asked for, not guessed
     memory = browser.find_element(By.ID, "wif-memory")
     memory.clear()
     memory.send_keys("11")

@@ -52,6 +52,8 @@
   // The card of a choice: one of the table's, or the reader's own ("custom": its memory as typed, any precision).
   function cardFor(choice) {
     if (choice.card !== "custom") return cardOf(choice.card);
+    const named = data().cards.find((c) => c.key === String(choice.memory || "").trim().toLowerCase());
+    if (named) return Object.assign({}, named, { flag: named.key }); // a card's name: that card, its speed too
     const memory = parseMemory(choice.memory);
     if (!memory) throw new Error("write the memory with its unit: 11 GiB, or 11264MiB as nvidia-smi prints it");
     return { key: "custom", name: "your card", memory: memory.bytes, bf16: true, flag: memory.flag };
@@ -181,10 +183,11 @@
   // micro-step the larger of its 6 · parameters · tokens over the card's training rate and A3's measured floor.
   // null for a card typed as a size (its speed is unknown) or a plan that does not fit.
   function epochEstimate(choice, result) {
-    if (!result.fits || choice.card === "custom") return null;
+    const card = result.fits ? cardFor(choice) : null;
+    if (!card || !card.rates) return null; // no plan, or a card typed as a size: no known speed
     const d = data();
-    const card = cardOf(choice.card);
     const rate = card.rates[choice.precision];
+    if (!rate) return null; // a precision the card has no rate for (bf16 on a T4)
     const tokens = choice.tokens === null ? bookTokens(choice.length) : choice.tokens;
     const steps = Math.ceil(choice.examples / result.micro_batch);
     const recompute = choice.checkpointing ? 4 / 3 : 1.0;
@@ -198,7 +201,8 @@
     const basis = "6 · parameters · tokens at " + source + "; no micro-step under A3's " + (1000 * floor).toFixed(0)
       + " ms, measured for bert-base at micro-batch 8 on an H200";
     const minutes = seconds / 60;
-    const took = minutes >= 1 ? "about " + minutes.toFixed(0) + " min" : "about " + seconds.toFixed(0) + " s";
+    const took = minutes >= 1 ? "about " + minutes.toFixed(0) + " min"
+      : seconds >= 1 ? "about " + seconds.toFixed(0) + " s" : "under 1 s";
     const bound = compute >= floor ? "compute" : "per-step floor";
     return {
       seconds, micro_steps: steps, tokens_per_example: tokens,
@@ -280,7 +284,9 @@
       checkpointing: $("checkpointing").value === "1", optimizer: $("optimizer").value,
       adaptation: $("adaptation").value,
       effective_batch: Math.min(4096, Math.max(1, Math.floor(Number($("batch").value)) || 1)),
-      examples: Math.max(1, Math.floor(Number($("examples").value)) || 1),
+      // an empty or unreadable count is IMDb's (the placeholder says so); at most a billion examples
+      examples: Number($("examples").value) >= 1 ? Math.min(1e9, Math.floor(Number($("examples").value)))
+        : data().epoch.examples,
       tokens: $("tokens").value.trim() === "" || !(Number($("tokens").value) > 0) ? null : Number($("tokens").value),
     };
   }
@@ -294,7 +300,8 @@
   function refreshOptions() {
     const model = modelOf($("model").value);
     const custom = $("card").value === "custom";
-    const card = custom ? { bf16: true } : cardOf($("card").value);
+    const typed = data().cards.find((c) => c.key === $("memory").value.trim().toLowerCase());
+    const card = custom ? typed || { bf16: true } : cardOf($("card").value);
     $("memory-field").hidden = !custom;
     fill($("length"), model.lengths.map((n) => [n, n.toLocaleString("en-US")]), wanted.length);
     const recipe = card.bf16 ? "bf16" : "fp16";
@@ -350,9 +357,12 @@
         .join(" or ") + " split well. (A ragged split would give the same gradient with chapter 2's per-example "
       + "weights; bertmem train splits evenly.)" : "";
     const epoch = epochEstimate(choice, result);
-    $("time").textContent = epoch ? "Time: " + epoch.line + "." : result.fits ? "Time: no estimate for a card "
-      + "given as a size (its speed is unknown); choose the listed card nearest yours." : "";
+    const noTime = !card.rates ? "a budget given as a size has no known speed; choose the listed card nearest yours"
+      : withArticle(card.name) + " has no " + choice.precision + " rate";
+    $("time").textContent = epoch ? "Time: " + epoch.line + "." : result.fits ? "Time: no estimate: " + noTime + "."
+      : "";
     $("tokens").placeholder = "IMDb's: " + bookTokens(choice.length).toFixed(1);
+    $("examples").placeholder = "IMDb's: " + data().epoch.examples;
     const lines = commands(choice);
     $("copy").textContent = "Copy";
     $("plan-command").textContent = lines.plan;

@@ -66,10 +66,11 @@ def plan_main(args: argparse.Namespace) -> dict:
 
     from bertmem.core.devices import cuda_available, cuda_free_bytes, device_capability, device_name
     from bertmem.memory.cards import CARD_MEMORY, DEFAULT_CARD, card_for, card_named, parse_memory
-    from bertmem.memory.planner import plan_epoch, plan_micro_batch, plan_precision
+    from bertmem.memory.planner import SIZE_HAS_NO_SPEED, plan_epoch, plan_micro_batch, plan_precision
 
     context = parse_memory(args.cuda_context_bytes)
     card = card_named(args.memory_bytes)  # a named card: its speed gives the time per epoch
+    no_card = SIZE_HAS_NO_SPEED
     if args.memory_bytes == "auto":
         memory = cuda_free_bytes()
         if memory is None:  # no GPU here: answer for the card most readers have
@@ -79,14 +80,15 @@ def plan_main(args: argparse.Namespace) -> dict:
         else:
             context = 0  # free memory is measured after this process made its CUDA context
             # this GPU, if the book knows it: its speed
-            card = card_for(device_name(torch.device("cuda"))) if cuda_available() else None
+            gpu = device_name(torch.device("cuda")) if cuda_available() else "this GPU"
+            card, no_card = card_for(gpu), f"the book holds no speed for {gpu}"
     else:
         memory = parse_memory(args.memory_bytes)
     precision, why = plan_precision(args.precision, args.memory_bytes, device_capability())
     plan = plan_micro_batch(config_from_flags(PlanRequest, args, memory_bytes=memory, cuda_context_bytes=context,
                                               precision=precision))
     plan.precision_asked = args.precision  # the command keeps 'auto': the card's choice on the card, fp32 on a CPU
-    plan.epoch = plan_epoch(plan, card, config_from_flags(EpochRequest, args))
+    plan.epoch, plan.no_epoch = plan_epoch(plan, card, config_from_flags(EpochRequest, args), no_card)
     if args.precision == "auto" and not args.json:
         print(f"precision {precision} ({why})")
     print(json.dumps(plan.as_dict()) if args.json else plan.describe())

@@ -286,7 +286,7 @@ def page_data(models: Iterable[str] = tuple(KNOWN_MODELS), lengths: Iterable[int
     return {
         "versions": {"torch": torch.__version__.split("+")[0],
                      "transformers": transformers.__version__},
-        **page_constants(), "lengths": list(lengths),
+        **page_constants(), "lora_rank": LORA_RANK, "lengths": list(lengths),  # the rank the lines were made with
         "models": [{**entries[m], "optimizers": {o: {a: facts[(m, a, o)] for a in ADAPTATIONS}
                                                      for o in FIT_OPTIMIZERS}} for m in models],
         "peaks": peaks,
@@ -305,11 +305,11 @@ def card_entry(key: str, card) -> dict[str, Any]:
 
 
 def page_constants() -> dict[str, Any]:
-    """What the page takes from the package besides the estimated lines: the planner's constants, the cards and
-    the time estimate's defaults (`scripts/make_fit_page.py --constants-only` refreshes just these)."""
+    """What the page takes from the package besides the estimated lines and what they were made with (the LoRA
+    rank): the planner's constants, the cards and the time estimate's defaults (`scripts/make_fit_page.py
+    --constants-only` refreshes just these)."""
     request = PlanRequest()
     return {"margin": request.allocator_margin, "context": request.cuda_context_bytes, "max_batch": MAX_BATCH,
-            "lora_rank": LORA_RANK,
             "cards": [card_entry(key, card) for key, card in CARDS.items() if card.memory_mib],
             "epoch": {"examples": BOOK_EXAMPLES, "floor_s": micro_step_floor_seconds(),
                       "counts": [list(pair) for pair in book_length_counts()]}}

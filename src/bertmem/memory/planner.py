@@ -17,7 +17,15 @@ from bertmem.core.flags import RefusesRenamed
 from bertmem.core.units import GIB
 from bertmem.data.windows import check_window, default_stride, window_count
 from bertmem.loop.precision import PRECISIONS, choose_precision
-from bertmem.memory.cards import CARD_MEMORY, CUDA_CONTEXT_BYTES, DEFAULT_CARD, Card, card_named, card_precision
+from bertmem.memory.cards import (
+    CARD_MEMORY,
+    CUDA_CONTEXT_BYTES,
+    DEFAULT_CARD,
+    Card,
+    card_named,
+    card_precision,
+    with_article,
+)
 from bertmem.memory.estimate import estimate_step_memory, model_config, parameter_count
 from bertmem.memory.measure import measure_step_memory
 from bertmem.memory.speed import EpochRequest, book_tokens_per_example, epoch_estimate
@@ -140,6 +148,7 @@ class Plan:
     nearby: list[dict[str, int]] = field(default_factory=list)  # effective batches that split well, if this one
     #                                                             splits poorly (`split_advice`); else empty
     epoch: dict[str, Any] | None = None  # the estimated time per epoch on the named card (`plan_epoch`)
+    no_epoch: str | None = None  # why there is no time estimate, where there is none
 
     def as_dict(self) -> dict[str, Any]:
         """One JSON-ready object (`bertmem plan --json`), with the `bertmem train` command that runs it."""
@@ -176,8 +185,7 @@ class Plan:
                  *split_lines(self),
                  f"estimated peak {self.estimated_peak_bytes / GIB:.2f} GiB (during {self.peak_phase}):"]
         lines += [f"  {name:<34} {size / GIB:6.2f} GiB" for name, size in self.breakdown.items()]
-        lines.append(f"time: {self.epoch['line']}" if self.epoch else "time: no estimate for a budget given as a "
-                     "size (its speed is unknown): name the card, e.g. --memory t4")
+        lines.append(f"time: {self.epoch['line']}" if self.epoch else f"time: no estimate: {self.no_epoch}")
         lines += [f"note: {note}" for note in self.notes]
         lines.append(f"to run it: {self.train_command()} (your file, and --text-column and --label-column if its "
                      "columns are not text and label; to plan again for the file's longest batch, replace "
@@ -315,16 +323,27 @@ def plan_micro_batch(request: PlanRequest, max_batch: int = 1024) -> Plan:
                 request=asdict(request), notes=notes, nearby=split_advice(request.effective_batch, largest))
 
 
-def plan_epoch(plan: Plan, card: Card | None, epoch: EpochRequest) -> dict[str, Any] | None:
+SIZE_HAS_NO_SPEED = "a budget given as a size has no known speed: name the card (e.g. --memory t4)"
+
+
+def plan_epoch(plan: Plan, card: Card | None, epoch: EpochRequest, no_card: str = SIZE_HAS_NO_SPEED,
+               ) -> tuple[dict[str, Any] | None, str | None]:
     """The plan's estimated time per epoch on `card` for `epoch`'s data (IMDb's by default), as `bertmem plan`
-    prints it and the "Will it fit?" page computes it; None without a card or with windows (chapter 9)."""
+    prints it and the "Will it fit?" page computes it; or (None, why not): no card (`no_card` says why), windows
+    (chapter 9), a precision the card has no rate for."""
     r = plan.request
-    if card is None or r.get("window"):
-        return None
+    if card is None:
+        return None, no_card
+    if r.get("window"):
+        return None, "reading windows (--window) is not estimated"
+    if r["precision"] not in card.peak_tflops and r["precision"] not in card.measured_tflops:
+        return None, (f"{with_article(card.name)} has no {r['precision']} rate (its 16-bit format: "
+                      f"{card.low_precision()})")
     tokens = epoch.tokens_per_example or book_tokens_per_example(r["max_length"])
     estimate = epoch_estimate(parameter_count(r["model_id"]), epoch.train_size, tokens, plan.micro_batch, card,
                               r["precision"], 4 / 3 if r["gradient_checkpointing"] else 1.0)
-    return {**asdict(estimate), "line": estimate.line(), "examples": epoch.train_size, "tokens_per_example": tokens}
+    return ({**asdict(estimate), "line": estimate.line(), "examples": epoch.train_size,
+             "tokens_per_example": tokens}, None)
 
 
 def random_batch(model, batch_size: int, seq_len: int, seed: int = 0) -> dict:

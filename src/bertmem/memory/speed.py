@@ -34,8 +34,9 @@ class EpochRequest:
     train_size: int = field(default=BOOK_EXAMPLES, metadata={
         "help": "training examples per epoch, for the time estimate (default: IMDb's 25,000 reviews)"})
     tokens_per_example: float | None = field(default=None, metadata={
-        "help": "mean tokens per training example as the card computes them, for the time estimate (default: "
-                "IMDb's reviews cut at --max-length, counted with BERT's tokenizer)"})
+        "help": "mean tokens per training example as the card computes them (with the padding your batches "
+                "carry), for the time estimate (default: IMDb's reviews cut at --max-length, counted with BERT's "
+                "tokenizer, no padding)"})
 
     def __post_init__(self) -> None:
         if self.train_size < 1 or (self.tokens_per_example is not None and self.tokens_per_example <= 0):
@@ -81,7 +82,8 @@ class EpochEstimate:
     def line(self) -> str:
         """'about 4 min per epoch on a Colab T4 (estimated: ...)'."""
         minutes = self.seconds / 60
-        took = f"about {minutes:.0f} min" if minutes >= 1 else f"about {self.seconds:.0f} s"
+        took = (f"about {minutes:.0f} min" if minutes >= 1 else f"about {self.seconds:.0f} s" if self.seconds >= 1
+                else "under 1 s")
         return (f"{took} per epoch on {with_article(self.card)} (estimated: {self.micro_steps} micro-steps of "
                 f"{1000 * self.seconds_per_micro_step:.0f} ms, {self.bound}-bound; {self.basis})")
 
