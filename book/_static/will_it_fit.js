@@ -40,8 +40,13 @@
   // Bytes from "11 GiB", "11264MiB" (as nvidia-smi prints a total) or "16 GB", as `--memory` reads them
   // (bertmem.memory.cards.parse_memory); null without a unit, which the page asks for rather than guessing.
   const UNITS = { b: 1, kb: 1e3, mb: 1e6, gb: 1e9, tb: 1e12, kib: 2 ** 10, mib: 2 ** 20, gib: 2 ** 30, tib: 2 ** 40 };
+  // The listed card a typed name names ("t4", "A100"), else undefined: --memory takes the names too.
+  function namedCard(textValue) {
+    return data().cards.find((c) => c.key === String(textValue || "").trim().toLowerCase());
+  }
+
   function parseMemory(textValue) {
-    const named = data().cards.find((c) => c.key === String(textValue || "").trim().toLowerCase());
+    const named = namedCard(textValue);
     if (named) return { bytes: named.memory, flag: named.key }; // a card's name, as --memory takes it
     const match = /^\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]+)\s*$/.exec(String(textValue || ""));
     if (!match || !(match[2].toLowerCase() in UNITS)) return null;
@@ -52,7 +57,7 @@
   // The card of a choice: one of the table's, or the reader's own ("custom": its memory as typed, any precision).
   function cardFor(choice) {
     if (choice.card !== "custom") return cardOf(choice.card);
-    const named = data().cards.find((c) => c.key === String(choice.memory || "").trim().toLowerCase());
+    const named = namedCard(choice.memory);
     if (named) return Object.assign({}, named, { flag: named.key }); // a card's name: that card, its speed too
     const memory = parseMemory(choice.memory);
     if (!memory) throw new Error("write the memory with its unit: 11 GiB, or 11264MiB as nvidia-smi prints it");
@@ -103,8 +108,7 @@
     while (largest < d.max_batch && fits(largest + 1)) largest += 1;
     out.largest = largest;
     out.largest_capped = Math.min(largest, Math.min(d.max_batch, Math.max(effective, 2)));
-    let micro = 1;
-    for (let m = 1; m <= Math.min(largest, effective); m += 1) if (effective % m === 0) micro = m;
+    const micro = largestDivisor(effective, largest);
     out.micro_batch = micro;
     out.accumulation_steps = effective / micro;
     out.nearby = splitAdvice(effective, out.largest_capped);
@@ -300,7 +304,7 @@
   function refreshOptions() {
     const model = modelOf($("model").value);
     const custom = $("card").value === "custom";
-    const typed = data().cards.find((c) => c.key === $("memory").value.trim().toLowerCase());
+    const typed = namedCard($("memory").value);
     const card = custom ? typed || { bf16: true } : cardOf($("card").value);
     $("memory-field").hidden = !custom;
     fill($("length"), model.lengths.map((n) => [n, n.toLocaleString("en-US")]), wanted.length);
