@@ -2,9 +2,12 @@
 
     python scripts/make_fit_page.py [--workers 2] [--models ID ...] [--lengths 128 512 ...] [--output PATH]
     python scripts/make_fit_page.py --constants-only   # cards, planner constants, time defaults; lines kept
+    python scripts/make_fit_page.py --fresh            # estimate everything, reusing nothing from the file
 
-Prints the number of configurations, the file's size and the wall time. Two estimates per configuration under
-FakeTensorMode (nothing allocated); 26 minutes on two cores for the whole grid.
+Prints the number of configurations, the file's size and the wall time. Two estimates per configuration and
+member under FakeTensorMode (nothing allocated); a LoRA or frozen-layers family estimates three or four members
+(`bertmem.book.fit_page.affine_family`). Estimates the file at --output already holds, made with the same torch
+and transformers, are reused unless --fresh.
 """
 
 from __future__ import annotations
@@ -20,10 +23,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # every model's configuration is v
 from bertmem.book.fit_page import (  # noqa: E402
     FIT_LENGTHS,
     grid,
-    off_the_line_at_one,
     page_constants,
     page_data,
     read_page_data,
+    reusable,
     write_page_data,
 )
 from bertmem.model.known import KNOWN_MODELS  # noqa: E402
@@ -38,6 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lengths", nargs="+", type=int, default=list(FIT_LENGTHS))
     parser.add_argument("--output", type=Path, default=ROOT / "book" / "_static" / "will_it_fit_data.js")
     parser.add_argument("--no-validation", action="store_true", help="skip the published-readings summary")
+    parser.add_argument("--fresh", action="store_true", help="reuse no estimate from the file at --output")
     parser.add_argument("--constants-only", action="store_true",
                         help="refresh only what does not need an estimate (cards, constants, time defaults)")
     args = parser.parse_args(argv)
@@ -47,9 +51,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     start = time.perf_counter()
     configs = grid(args.models, args.lengths)
-    estimates = 2 * len(configs) + sum(map(off_the_line_at_one, configs))
-    print(f"{len(configs)} configurations, {estimates} estimates, {args.workers} worker(s)", flush=True)
-    data = page_data(args.models, args.lengths, workers=args.workers, validation=not args.no_validation)
+    previous = None if args.fresh or not args.output.exists() else read_page_data(args.output)
+    reused = sum(map(len, reusable(previous).values()))
+    print(f"{len(configs)} configurations, {args.workers} worker(s), {reused} estimated members reused"
+          f"{' from ' + args.output.name if reused else ''}", flush=True)
+    data = page_data(args.models, args.lengths, workers=args.workers, validation=not args.no_validation,
+                     previous=previous)
     size = write_page_data(args.output, data)
     minutes = (time.perf_counter() - start) / 60
     print(f"wrote {args.output.relative_to(ROOT) if args.output.is_relative_to(ROOT) else args.output}: "

@@ -15,8 +15,12 @@ BIB = (Path(__file__).resolve().parents[1] / "book" / "references.bib").read_tex
     ("NVIDIA GeForce RTX 4090", "RTX4090"), ("NVIDIA A100-SXM4-80GB", "A100-80GB"),
     ("NVIDIA A100 80GB PCIe", "A100-80GB"),
     ("NVIDIA A100-SXM4-40GB", "A100"), ("NVIDIA H100 80GB HBM3", "H100"),
-    ("NVIDIA A10G", None), ("NVIDIA L40S", None), ("NVIDIA GeForce RTX 3090 Ti", None),
+    ("NVIDIA L40S", "L40S"), ("NVIDIA RTX A6000", "A6000"), ("Tesla P100-PCIE-16GB", "P100"),
+    ("Tesla V100-SXM2-16GB", "V100"), ("Tesla V100-SXM2-32GB", "V100-32GB"), ("Tesla V100-PCIE-32GB", "V100-32GB"),
+    ("NVIDIA H200", "H200"),
+    ("NVIDIA A10G", None), ("NVIDIA L40", None), ("NVIDIA GeForce RTX 3090 Ti", None),
     ("NVIDIA GeForce RTX 4090 Laptop GPU", None), ("NVIDIA H100 PCIe", None), ("NVIDIA H100 NVL", None),
+    ("NVIDIA H200 NVL", None),
     (None, None)])
 def test_a_device_name_finds_its_card_and_no_other(device, key):
     assert card_for(device) is (CARDS[key] if key else None)
@@ -32,4 +36,5 @@ def test_at_least_six_cards_have_memory_each_with_its_sources():
 
 
 def test_bf16_only_where_the_card_has_it():
-    assert [key for key, card in CARDS.items() if card.memory_mib and card.low_precision() == "fp16"] == ["T4"]
+    assert [key for key, card in CARDS.items() if card.memory_mib and card.low_precision() == "fp16"] == [
+        "T4", "V100-32GB", "V100", "P100"]  # before Ampere: no bf16 tensor cores

@@ -12,14 +12,19 @@ from transformers import BertConfig
 from bertmem.book.fit_page import (
     ADAPTATIONS,
     FIT_OPTIMIZERS,
+    LORA_RANKS,
     FitConfig,
+    adaptation_values,
+    affine_family,
     config_lines,
+    expand,
     grid,
     model_lengths,
     optimizer_facts,
     page_constants,
     peak_lines,
     read_page_data,
+    reusable,
     upper_envelope,
     write_page_data,
 )
@@ -69,21 +74,31 @@ def test_two_estimates_give_the_peak_at_every_micro_batch():
 def test_the_grid_covers_every_known_checkpoint_to_8192_tokens_where_positions_allow():
     configs = grid()
     assert {c.model_id for c in configs} == set(KNOWN_MODELS) and len(KNOWN_MODELS) >= 12
-    assert model_lengths("google-bert/bert-base-uncased") == (128, 256, 512)
-    assert model_lengths("FacebookAI/roberta-large") == (128, 256, 512)  # 514 positions, two spent on an offset
+    assert model_lengths("google-bert/bert-base-uncased") == (64, 128, 256, 384, 512)  # 384: SQuAD's
+    assert model_lengths("FacebookAI/roberta-large")[-1] == 512  # 514 positions, two spent on an offset
     assert 8192 in model_lengths("answerdotai/ModernBERT-large") and 8192 in model_lengths("microsoft/deberta-v3-base")
     assert {c.attention for c in configs if "deberta" in c.model_id} == {"eager"}
 
 
 def test_the_page_data_is_small_and_covers_the_grid(data):
-    assert DATA.stat().st_size <= 2 * 10**6
+    assert DATA.stat().st_size <= 10**6  # what the page loads at first: everything
     assert {m["id"] for m in data["models"]} == set(KNOWN_MODELS)
     assert set(data["peaks"]) == {c.key for c in grid()}, "stale data: run scripts/make_fit_page.py"
     assert max(max(m["lengths"]) for m in data["models"]) == 8192
     for model in data["models"]:
         assert set(model["optimizers"]) == set(FIT_OPTIMIZERS)
         assert all(set(by) == set(ADAPTATIONS) for by in model["optimizers"].values())
+        for adaptation in ("lora", "freeze"):  # every member the page offers, for every optimizer
+            for by in model["optimizers"].values():
+                assert all(len(expand(by[adaptation], v)) == 2 for v in adaptation_values(model["id"], adaptation))
         assert model["accelerate"]["adam_fp32"] == 4 * model["accelerate"]["weights"]
+    assert data["lora_ranks"] == list(LORA_RANKS) and data["lora_rank"] in LORA_RANKS
+    for key, entry in data["peaks"].items():  # every member of every stored family rebuilds to peak lines
+        model_id, adaptation = key.split("|")[0], key.split("|")[-1]
+        members = [expand(entry, v) for v in adaptation_values(model_id, adaptation)] if adaptation != "full" else [
+            entry]
+        assert all(m["lines"] and len(m["end"]) == 4 and all(len(line) == 5 for line in m["lines"])
+                   for m in members), key
 
 
 def test_the_page_data_holds_the_packages_cards_and_constants(data):
@@ -110,6 +125,68 @@ def test_the_page_data_is_what_the_planner_estimates_today(data):
     assert config_lines(config) == data["peaks"][config.key]
     facts = next(m for m in data["models"] if m["id"] == model)["optimizers"]["adamw"]["full"]
     assert optimizer_facts(model, "full", "adamw") == facts
+
+
+@pytest.mark.parametrize("adaptation", ["lora", "freeze"])
+def test_every_member_of_a_family_is_what_the_planner_estimates_for_it_on_its_own(data, adaptation):
+    """A stored step stands for the members between its ends: each is held against its own estimate (DistilBERT,
+    every rank and every number of frozen layers; BERT's twelve layers: tests marked slow)."""
+    model = "distilbert/distilbert-base-uncased"
+    config = FitConfig(model, 128, "bf16", "sdpa", False, adaptation)
+    family = data["peaks"][config.key]
+    for value in adaptation_values(model, adaptation):
+        assert expand(family, value) == config_lines(config, value), (adaptation, value)
+    facts = next(m for m in data["models"] if m["id"] == model)["optimizers"]["adamw"][adaptation]
+    for value in adaptation_values(model, adaptation):
+        assert expand(facts, value) == optimizer_facts(model, adaptation, "adamw", value), (adaptation, value)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("attention, checkpointing", [("sdpa", False), ("eager", True)])
+def test_every_number_of_frozen_bert_layers_is_what_the_planner_estimates(data, attention, checkpointing):
+    model = "google-bert/bert-base-uncased"
+    config = FitConfig(model, 384, "fp32", attention, checkpointing, "freeze")
+    family = data["peaks"][config.key]
+    assert any("check" in segment for segment in family["segments"]), "BERT's frozen layers move the lines evenly"
+    for value in adaptation_values(model, "freeze"):
+        assert expand(family, value) == config_lines(config, value), value
+
+
+def test_a_family_is_stored_as_a_step_only_where_the_step_is_exact():
+    even = {v: {"lines": [[100 + 7 * v, 5 + v, 0]], "end": [3 * v]} for v in range(1, 9)}
+    estimated = []
+    family = affine_family(tuple(range(1, 9)), (1, 7), 4, lambda v: estimated.append(v) or even[v])
+    assert sorted(estimated) == [1, 4, 7, 8]  # the ends, the check and the member outside the span
+    assert family["segments"][0]["step"] == {"lines": [[7, 1, 0]], "end": [3]} and set(family["direct"]) == {"8"}
+    assert all(expand(family, v) == even[v] for v in range(1, 9))
+    uneven = {**even, 4: {"lines": [[129, 9, 0]], "end": [12]}}  # member 4 off the step by one byte
+    family = affine_family(tuple(range(1, 9)), (1, 7), 4, uneven.__getitem__)
+    assert not any("check" in segment for segment in family["segments"])  # every member estimated, then stored
+    assert set(family["direct"]) == {"4"} and all(expand(family, v) == uneven[v] for v in range(1, 9))
+    other_shape = {**even, 7: {"lines": [[1, 1, 0], [2, 2, 0]], "end": [21]}}
+    family = affine_family(tuple(range(1, 9)), (1, 7), 4, other_shape.__getitem__)
+    assert all(expand(family, v) == other_shape[v] for v in range(1, 9)) and "7" in family["direct"]
+    not_whole = {**even, 7: {"lines": [[150, 12, 0]], "end": [21]}}  # 107 → 150: no whole step of 6
+    family = affine_family(tuple(range(1, 9)), (1, 7), 4, not_whole.__getitem__)
+    assert all(expand(family, v) == not_whole[v] for v in range(1, 9))
+    with pytest.raises(KeyError):
+        expand(affine_family((1, 2, 3), (1, 3), 2, even.__getitem__), 5)
+
+
+def test_estimates_are_reused_only_from_data_of_the_same_versions(data):
+    found = reusable(data)
+    key = "google-bert/bert-base-uncased|128|fp32|sdpa|0|lora"
+    family = data["peaks"][key]
+    estimated = {int(v) for v in family["direct"]} | {x for s in family["segments"]  # ends and checked rank
+                                                       for x in (s["low"], s["high"], s.get("check", s["low"]))}
+    assert set(found[key]) == estimated and all(found[key][v] == expand(family, v) for v in estimated)
+    old = {"versions": data["versions"], "lora_rank": 8, "max_batch": data["max_batch"],
+           "peaks": {key: expand(data["peaks"][key], 8),
+                     key.replace("lora", "freeze"): expand(data["peaks"][key.replace("lora", "freeze")], 6)}}
+    assert reusable(old) == {key: {8: old["peaks"][key]},
+                             key.replace("lora", "freeze"): {6: old["peaks"][key.replace("lora", "freeze")]}}
+    assert reusable(dict(old, versions={"torch": "2.0.0", "transformers": "4.0.0"})) == {}
+    assert reusable(dict(old, max_batch=512)) == {}  # answers searched to another limit
 
 
 def test_the_data_file_round_trips_and_refuses_a_foreign_file(tmp_path):

@@ -15,6 +15,7 @@ import http.server
 import io
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -239,8 +240,10 @@ def test_bibliography_page_lists_the_references(site):
 
 
 # "Will it fit?" (book/will_it_fit.md): the page's answers against `bertmem plan --json`, the page driven like a
-# reader, and at phone width. Sampled choices: every checkpoint, eight cards, fp32/fp16/bf16, both kernels,
-# checkpointing, every optimizer and way of training, lengths 128 to 8,192, fitting and not fitting.
+# reader, and at phone width. Sampled choices: every checkpoint, every card, fp32/fp16/bf16, both kernels,
+# checkpointing, every optimizer and way of training (LoRA ranks and frozen layers: stored members, members on a
+# step, the top layers), lengths 64 to 8,192, fitting and not fitting. "lora16": rank 16; "freeze4": 4 layers
+# frozen; plain "lora" and "freeze": the page's defaults (r = 8, the lower half).
 FIT_SAMPLES = [  # model, card, length, precision, attention, checkpointing, optimizer, adaptation, effective batch
     ("google-bert/bert-base-uncased", "t4", 512, "fp16", "sdpa", False, "adamw", "full", 32),
     ("google-bert/bert-base-uncased", "t4", 512, "fp32", "eager", False, "adamw", "full", 32),
@@ -269,16 +272,34 @@ FIT_SAMPLES = [  # model, card, length, precision, attention, checkpointing, opt
     ("google-bert/bert-base-uncased", "11264MiB", 512, "fp16", "sdpa", False, "adamw", "full", 32),
     ("FacebookAI/roberta-base", "11GiB", 256, "bf16", "eager", True, "adamw", "lora", 48),
     ("google-bert/bert-base-uncased", "t4", 512, "fp32", "eager", False, "adamw", "full", 31),
+    # the issue's choices: a Kaggle P100, 384 tokens, LoRA r = 16, 4 frozen layers, a custom 11 GiB card
+    ("google-bert/bert-base-uncased", "p100", 384, "fp16", "sdpa", False, "adamw", "full", 32),
+    ("FacebookAI/roberta-base", "t4", 384, "fp16", "sdpa", False, "adamw", "lora16", 32),
+    ("google-bert/bert-base-uncased", "11GiB", 512, "fp16", "sdpa", False, "adamw", "freeze4", 32),
+    ("microsoft/deberta-v3-base", "v100-32gb", 64, "fp32", "eager", True, "adafactor", "lora64", 16),
+    ("google/electra-large-discriminator", "l40s", 384, "bf16", "sdpa", True, "adamw8bit", "freeze20", 128),
+    ("answerdotai/ModernBERT-large", "a6000", 8192, "bf16", "eager", True, "adamw", "lora4", 8),
+    ("answerdotai/ModernBERT-base", "v100", 2048, "fp16", "sdpa", False, "adamw", "freeze21", 16),
+    ("FacebookAI/xlm-roberta-large", "p100", 64, "fp32", "sdpa", False, "adamw", "lora32", 64),
+    ("google-bert/bert-large-uncased", "h100", 384, "bf16", "sdpa", False, "adamw", "freeze13", 64),
 ]
 FIELDS = ("model", "card", "length", "precision", "attention", "checkpointing", "optimizer", "adaptation",
           "effective_batch")
 
 
 def page_choice(sample) -> dict:
-    """A sample as the page's choice: a size in the card's place is the reader's own card ("custom")."""
+    """A sample as the page's choice: a size in the card's place is the reader's own card ("custom"); "lora16" is
+    LoRA at rank 16, "freeze4" four frozen layers (no number: the page's defaults)."""
+    from bertmem.book.fit_page import frozen_layers
+    from bertmem.model.adapters import LORA_RANK
+
     choice = dict(zip(FIELDS, sample), examples=25_000, tokens=None)  # the time estimate's default data
     if choice["card"][0].isdigit():
         choice.update(card="custom", memory=choice["card"])
+    adaptation, number = re.fullmatch(r"(full|lora|freeze)(\d*)", choice["adaptation"]).groups()
+    choice.update(adaptation=adaptation, rank=LORA_RANK, frozen=frozen_layers(choice["model"]))
+    if number:
+        choice["rank" if adaptation == "lora" else "frozen"] = int(number)
     return choice
 
 
@@ -287,7 +308,8 @@ def plan_answer(capsys, choice: dict) -> dict:
     from bertmem.book.fit_page import levers
     from bertmem.cli import main
 
-    lever = levers(choice["model"], choice["adaptation"])
+    lever = levers(choice["model"], choice["adaptation"],
+                   {"lora": choice["rank"], "freeze": choice["frozen"]}.get(choice["adaptation"]))
     memory = choice["memory"] if choice["card"] == "custom" else choice["card"]
     argv = ["plan", "--model", choice["model"], "--memory", memory, "--max-length", str(choice["length"]),
             "--precision", choice["precision"], "--attention", choice["attention"],
@@ -317,7 +339,10 @@ def open_fit_page(browser, base_url):
 def test_will_it_fit_answers_as_bertmem_plan_does(site, base_url, browser, capsys, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     samples = [page_choice(sample) for sample in FIT_SAMPLES]
-    assert len(samples) >= 20 and len({s["model"] for s in samples}) >= 13 and len({s["card"] for s in samples}) >= 6
+    from bertmem.memory.cards import CARDS
+
+    assert len(samples) >= 30 and len({s["model"] for s in samples}) >= 13
+    assert {s["card"] for s in samples} >= {c.lower() for c, card in CARDS.items() if card.memory_mib} | {"custom"}
     open_fit_page(browser, base_url)
     rows, problems = [], []
     for choice in samples:
@@ -407,7 +432,18 @@ def test_will_it_fit_is_driven_like_a_reader_and_fits_a_phone(site, base_url, br
     # the options follow the model and the card: no 8,192 tokens for BERT, no bf16 on a T4, no SDPA for DeBERTa
     _select(browser, "model", "google-bert/bert-base-uncased")
     lengths = [o.get_attribute("value") for o in browser.find_elements(By.CSS_SELECTOR, "#wif-length option")]
-    assert lengths == ["128", "256", "512"]
+    assert lengths == ["64", "128", "256", "384", "512"]
+    # what trains: a rank for LoRA, a number of layers for freezing, each shown only where it applies
+    _select(browser, "adaptation", "freeze")
+    frozen = [o.get_attribute("value") for o in browser.find_elements(By.CSS_SELECTOR, "#wif-frozen option")]
+    assert frozen == [str(n) for n in range(1, 12)] and browser.find_element(By.ID, "wif-frozen").is_displayed()
+    assert not browser.find_element(By.ID, "wif-rank").is_displayed()
+    _select(browser, "frozen", 4)
+    assert "--freeze-layers 4" in text("plan-command")
+    _select(browser, "adaptation", "lora")
+    _select(browser, "rank", 16)
+    assert "--lora-r 16" in text("plan-command") and not browser.find_element(By.ID, "wif-frozen").is_displayed()
+    _select(browser, "adaptation", "full")
     _select(browser, "card", "t4")
     assert "bf16" not in [o.get_attribute("value") for o in browser.find_elements(By.CSS_SELECTOR,
                                                                                      "#wif-precision option")]
@@ -480,6 +516,20 @@ def test_will_it_fit_opens_on_the_recipe_keeps_the_choice_in_its_address_and_pri
                                                                              "estimated_peak_bytes")}
     train = build_parser().parse_args(shlex.split(train_line)[1:])  # every flag `bertmem train` takes
     assert (train.micro_batch, train.memory, train.effective_batch, train.lora_r) == ("auto", "11264MiB", 48, 8)
+    # a rank and a number of frozen layers are kept in the address too
+    _select(browser, "rank", 32)
+    assert "rank=32" in browser.current_url and "frozen=" not in browser.current_url
+    browser.get(browser.current_url)
+    WebDriverWait(browser, 30).until(lambda d: d.execute_script(
+        "return !!window.BertmemFit && !document.getElementById('wif-answer').hidden"))
+    assert browser.execute_script(current)["rank"] == 32 and "--lora-r 32" in browser.find_element(
+        By.ID, "wif-plan-command").text
+    _select(browser, "adaptation", "freeze")
+    _select(browser, "frozen", 4)
+    browser.get(browser.current_url)
+    WebDriverWait(browser, 30).until(lambda d: d.execute_script(
+        "return !!window.BertmemFit && !document.getElementById('wif-answer').hidden"))
+    assert (browser.execute_script(current)["frozen"], browser.execute_script(current)["adaptation"]) == (4, "freeze")
     # the time per epoch on a listed card, for the reader's own data: the page's line is the command's
     _select(browser, "card", "l4")
     for name, value in (("examples", "8000"), ("tokens", "180")):

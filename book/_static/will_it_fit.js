@@ -6,7 +6,7 @@
   const PHASES = ["forward", "backward", "optimizer"];
   const GIB = 2 ** 30;
   const OPTIMIZERS = { adamw: "AdamW", adamw8bit: "8-bit AdamW", adafactor: "Adafactor" };
-  const ADAPTATIONS = { full: "every weight", lora: "LoRA adapters", freeze: "upper half (lower half frozen)" };
+  const ADAPTATIONS = { full: "every weight", lora: "LoRA adapters", freeze: "the upper layers (lower ones frozen)" };
   const PARTS = [
     ["weights", "weights"],
     ["gradients", "gradients"],
@@ -68,6 +68,25 @@
     return card.bf16 ? ["fp32", "fp16", "bf16"] : ["fp32", "fp16"];
   }
 
+  // One member of a family the data stores for a LoRA rank or a number of frozen layers
+  // (bertmem.book.fit_page.expand): the estimate itself where stored, else its segment's first member plus one
+  // step per member (a segment is a run of members that were estimated, or a step checked against one that was).
+  function expand(family, value) {
+    const stored = family.direct[String(value)];
+    if (stored !== undefined) return stored;
+    const segment = family.segments.find((s) => s.low <= value && value <= s.high);
+    if (!segment) throw new Error("no estimate for member " + value);
+    const add = (base, step) => (Array.isArray(base) ? base.map((x, i) => add(x, step[i]))
+      : typeof base === "object" ? Object.fromEntries(Object.keys(base).map((k) => [k, add(base[k], step[k])]))
+        : base + (value - segment.low) * step);
+    return add(segment.base, segment.step);
+  }
+
+  // The member of the adaptation a choice names: its LoRA rank, or its number of frozen layers.
+  function member(choice) {
+    return choice.adaptation === "lora" ? choice.rank : choice.frozen;
+  }
+
   // The estimated tensor peak of one step at micro-batch b, and what is alive at that moment.
   function peakAt(entry, facts, b) {
     if (b === 1 && entry.one) entry = entry.one; // estimated on its own where one example is off the lines
@@ -93,9 +112,12 @@
     const precision = choice.precision === "fp32" ? "fp32" : "bf16"; // fp16 and bf16 hold the same bytes
     const key = [choice.model, choice.length, precision, choice.attention, choice.checkpointing ? 1 : 0,
       choice.adaptation].join("|");
-    const entry = d.peaks[key];
-    if (!entry) throw new Error("no estimate for " + key);
-    const facts = model.optimizers[choice.optimizer][choice.adaptation];
+    const stored = d.peaks[key];
+    if (!stored) throw new Error("no estimate for " + key);
+    const full = choice.adaptation === "full";
+    const entry = full ? stored : expand(stored, member(choice));
+    const byOptimizer = model.optimizers[choice.optimizer][choice.adaptation];
+    const facts = full ? byOptimizer : expand(byOptimizer, member(choice));
     const needed = (peak) => Math.floor(peak * (1 + d.margin)) + d.context;
     const fits = (b) => needed(peakAt(entry, facts, b).peak) <= card.memory;
     const effective = Math.max(1, Math.floor(choice.effective_batch));
@@ -149,15 +171,13 @@
   // The commands that answer this choice: `bertmem plan` prints this answer, `bertmem train` runs it on a file
   // (planning again for the file's longest batch, never longer than --max-length).
   function commands(choice) {
-    const d = data();
-    const model = modelOf(choice.model);
     const card = cardFor(choice);
     const flags = ["--model", choice.model, "--memory", card.flag || card.key, "--max-length", String(choice.length),
       "--precision", choice.precision, "--attention", choice.attention];
     if (choice.checkpointing) flags.push("--gradient-checkpointing");
     flags.push("--optimizer", choice.optimizer);
-    if (choice.adaptation === "lora") flags.push("--lora-r", String(d.lora_rank));
-    if (choice.adaptation === "freeze") flags.push("--freeze-layers", String(model.frozen_layers));
+    if (choice.adaptation === "lora") flags.push("--lora-r", String(choice.rank));
+    if (choice.adaptation === "freeze") flags.push("--freeze-layers", String(choice.frozen));
     flags.push("--effective-batch", String(choice.effective_batch));
     const epoch = ["--train-size", String(choice.examples)];
     if (choice.tokens !== null) epoch.push("--tokens-per-example", String(choice.tokens));
@@ -228,13 +248,14 @@
     for (const name of ["adamw8bit", "adafactor"]) {
       if (choice.optimizer !== name) add(OPTIMIZERS[name], { optimizer: name });
     }
-    if (choice.adaptation !== "lora") add("LoRA adapters (r = " + data().lora_rank + ")", { adaptation: "lora" });
+    if (choice.adaptation !== "lora") add("LoRA adapters (r = " + choice.rank + ")", { adaptation: "lora" });
     if (choice.adaptation === "full") {
-      add("freeze the lower " + model.frozen_layers + " of " + model.layers + " layers", { adaptation: "freeze" });
+      add("freeze the lower " + choice.frozen + " of " + model.layers + " layers", { adaptation: "freeze" });
     }
     const shorter = model.lengths.filter((n) => n < choice.length);
     if (shorter.length) add(shorter[shorter.length - 1] + " tokens", { length: shorter[shorter.length - 1] });
-    const bigger = data().cards.filter((c) => c.memory > card.memory).sort((a, b) => a.memory - b.memory)[0];
+    // the smallest listed card with at least a quarter more memory (a V100's 16 GiB is no step up from a T4's 15)
+    const bigger = data().cards.filter((c) => c.memory >= 1.25 * card.memory).sort((a, b) => a.memory - b.memory)[0];
     if (bigger) {
       const precision = choice.precision === "bf16" && !bigger.bf16 ? "fp16" : choice.precision;
       add("the " + bigger.name, { card: bigger.key, precision });
@@ -286,7 +307,7 @@
       length: Number($("length").value),
       precision: $("precision").value, attention: $("attention").value,
       checkpointing: $("checkpointing").value === "1", optimizer: $("optimizer").value,
-      adaptation: $("adaptation").value,
+      adaptation: $("adaptation").value, rank: Number($("rank").value), frozen: Number($("frozen").value),
       effective_batch: Math.min(4096, Math.max(1, Math.floor(Number($("batch").value)) || 1)),
       // an empty or unreadable count is IMDb's (the placeholder says so); at most a billion examples
       examples: Number($("examples").value) >= 1 ? Math.min(1e9, Math.floor(Number($("examples").value)))
@@ -299,7 +320,9 @@
   // option disappears (bf16 on a T4, SDPA for DeBERTa, 8,192 tokens for BERT) and restored when it comes back.
   // Until the reader picks a precision, the page follows the book's recipe for the card: its 16-bit format
   // (fp16 on a T4, bf16 where the card has bf16 tensor cores) with SDPA.
-  const wanted = { length: 512, precision: null, attention: "sdpa" };
+  // A LoRA rank and a number of frozen layers are kept the same way (null: the page's default, r = 8 and the
+  // lower half).
+  const wanted = { length: 512, precision: null, attention: "sdpa", rank: null, frozen: null };
 
   function refreshOptions() {
     const model = modelOf($("model").value);
@@ -312,6 +335,11 @@
     fill($("precision"), precisions(card).map((p) => [p, p]), wanted.precision || recipe, "fp16");
     fill($("attention"), model.attentions.map((a) => [a, a === "sdpa" ? "SDPA (fused)" : "eager"]),
       wanted.attention);
+    fill($("rank"), data().lora_ranks.map((r) => [r, String(r)]), wanted.rank || data().lora_rank);
+    const counts = Array.from({ length: model.layers - 1 }, (_, i) => i + 1); // one to all but the top layer
+    fill($("frozen"), counts.map((n) => [n, n + " of " + model.layers]), wanted.frozen || model.frozen_layers);
+    $("rank-field").hidden = $("adaptation").value !== "lora";
+    $("frozen-field").hidden = $("adaptation").value !== "freeze";
   }
 
   function text(tag, content, className) {
@@ -332,13 +360,14 @@
     } catch (err) {
       $("verdict").className = "wif-verdict wif-no";
       $("verdict").textContent = err.message.charAt(0).toUpperCase() + err.message.slice(1) + ".";
-      for (const id of ["plan", "split", "time", "levers", "accelerate"]) $(id).textContent = "";
+      for (const id of ["plan", "split", "time", "time-check", "levers", "accelerate"]) $(id).textContent = "";
       for (const id of ["bar", "parts"]) $(id).replaceChildren();
       $("commands").hidden = true;
       $("answer").dataset.state = "no-memory";
       return;
     }
     const result = answer(choice);
+    const d = data();
     const verdict = $("verdict");
     const plan = $("plan");
     verdict.className = result.fits ? "wif-verdict wif-yes" : "wif-verdict wif-no";
@@ -365,6 +394,10 @@
       : withArticle(card.name) + " has no " + choice.precision + " rate";
     $("time").textContent = epoch ? "Time: " + epoch.line + "." : result.fits ? "Time: no estimate: " + noTime + "."
       : "";
+    const checked = d.epoch.checked;
+    $("time-check").textContent = epoch ? "Held against the " + checked.runs + " training times the book holds, "
+      + "such estimates came to " + checked.low.toFixed(2) + "–" + checked.high.toFixed(2) + " × the measured time "
+      + "(median " + checked.median.toFixed(2) + ")." : "";
     $("tokens").placeholder = "IMDb's: " + bookTokens(choice.length).toFixed(1);
     $("examples").placeholder = "IMDb's: " + data().epoch.examples;
     const lines = commands(choice);
@@ -455,7 +488,7 @@
 
   // The choice in the address (?model=…&card=…), so a reload or a shared link restores it.
   const URL_FIELDS = ["model", "card", "memory", "length", "precision", "attention", "checkpointing", "optimizer",
-    "adaptation", "batch", "examples", "tokens"];
+    "adaptation", "rank", "frozen", "batch", "examples", "tokens"];
 
   function keepInUrl(choice) {
     const values = { ...choice, checkpointing: choice.checkpointing ? "1" : "0", batch: choice.effective_batch };
@@ -463,6 +496,9 @@
     for (const name of URL_FIELDS) {
       if ((name === "memory" && choice.card !== "custom") || (name === "tokens" && choice.tokens === null)) continue;
       if (name === "precision" && wanted.precision === null) continue; // the card's recipe, wherever it is opened
+      if ((name === "rank" && choice.adaptation !== "lora") || (name === "frozen" && choice.adaptation !== "freeze")) {
+        continue;
+      }
       query.set(name, String(values[name]));
     }
     window.history.replaceState(null, "", "?" + query.toString() + window.location.hash);
@@ -502,11 +538,12 @@
     if (Number(asked.get("length")) > 0) wanted.length = Number(asked.get("length"));
     if (["fp32", "fp16", "bf16"].includes(asked.get("precision"))) wanted.precision = asked.get("precision");
     if (["sdpa", "eager"].includes(asked.get("attention"))) wanted.attention = asked.get("attention");
+    for (const name of ["rank", "frozen"]) if (Number(asked.get(name)) > 0) wanted[name] = Number(asked.get(name));
     const typed = ["batch", "memory", "examples", "tokens"];
     for (const id of ["model", "card", "memory", "length", "precision", "attention", "checkpointing", "optimizer",
-      "adaptation", ...typed]) {
+      "adaptation", "rank", "frozen", ...typed]) {
       $(id).addEventListener(typed.includes(id) ? "input" : "change", () => {
-        if (id in wanted) wanted[id] = id === "length" ? Number($(id).value) : $(id).value;
+        if (id in wanted) wanted[id] = ["length", "rank", "frozen"].includes(id) ? Number($(id).value) : $(id).value;
         render();
       });
     }
@@ -516,7 +553,7 @@
     $("answer").hidden = false;
   }
 
-  window.BertmemFit = { answer, alternatives, current, commands, parseMemory, epochEstimate, bookTokens };
+  window.BertmemFit = { answer, alternatives, current, commands, parseMemory, epochEstimate, bookTokens, expand };
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start);
   else start();
 })();

@@ -1,6 +1,7 @@
 """The book's layer: chapter settings and minutes, published GPU figures, demonstrations, the messy-file corpus,
-tables, plots, the words computed sentences choose from their numbers, and the "Will it fit?" page's data
-(`bertmem.book.fit_page`, imported by name: it is not part of a chapter). Nothing in the library imports it.
+tables, plots, the words computed sentences choose from their numbers, and the "Will it fit?" page's data and its
+time check (`bertmem.book.fit_page`, `bertmem.book.time_check`, imported by name: not part of a chapter). Nothing in
+the library imports it.
 """
 
 from bertmem.book.bench_info import estimated_minutes, recorded_bench

@@ -8,6 +8,12 @@ somewhere in 1…MAX_BATCH are kept (`upper_envelope`). The optimizer enters as 
 the whole steady-state step, and its own step adds a rise on top of the end of backward that depends on the model and
 what trains, not on the batch (`optimizer_facts`). The page's script (`book/_static/will_it_fit.js`) runs the
 planner's search on these lines; the browser test holds its answers against `bertmem plan --json`.
+
+A LoRA rank and a number of frozen layers are families of configurations: across them the lines often move by the
+same amount per rank (adapters are r wide) and per frozen layer (each layer saves and trains the same tensors), so a
+family is stored as its first member and the step to the next (`affine_family`), kept only where it predicts a
+member estimated on its own exactly; members outside the span (the top layers) and every member of a family that
+is not exact are estimated, and stored as runs of equal steps where they form them (`runs_of_steps`).
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from bertmem.core.runtime import quiet_bitsandbytes_notice
 from bertmem.memory.cards import CARDS
 from bertmem.book.gpu_measured import calibration, recorded_gpu_run
 from bertmem.book.published import comparison, published_rows
+from bertmem.book.time_check import time_check
 from bertmem.memory.estimate import estimate_step_memory, model_config, parameter_count
 from bertmem.memory.measure import MemoryReport
 from bertmem.memory.planner import ALLOCATOR_MARGIN, PlanRequest
@@ -30,9 +37,10 @@ from bertmem.memory.speed import BOOK_EXAMPLES, book_length_counts, micro_step_f
 from bertmem.model.adapters import LORA_RANK
 from bertmem.model.known import KNOWN_MODELS, attention_kernels, usable_positions
 
-FIT_LENGTHS = (128, 256, 512, 1024, 2048, 4096, 8192)
+FIT_LENGTHS = (64, 128, 256, 384, 512, 1024, 2048, 4096, 8192)  # 384: SQuAD's
 FIT_PRECISIONS = ("fp32", "bf16")  # fp16 holds the same bytes as bf16 (the page offers both where the card does)
-ADAPTATIONS = ("full", "lora", "freeze")  # every weight trains; LoRA adapters (rank LORA_RANK); the lower half frozen
+ADAPTATIONS = ("full", "lora", "freeze")  # every weight trains; LoRA adapters of a rank; the lower layers frozen
+LORA_RANKS = (4, 8, 16, 32, 64)
 FIT_OPTIMIZERS = ("adamw", "adamw8bit", "adafactor")
 MAX_BATCH = 1024  # the planner's search limit (`plan_micro_batch(max_batch=1024)`)
 PHASES = ("forward", "backward", "optimizer")
@@ -59,16 +67,29 @@ class FitConfig:
 
 
 def frozen_layers(model_id: str) -> int:
-    """The layers the page's "freeze the lower half" freezes: half the encoder, rounded down."""
+    """The layers the page's "freeze the lower layers" freezes by default: half the encoder, rounded down."""
     return model_config(model_id).num_hidden_layers // 2
 
 
-def levers(model_id: str, adaptation: str) -> dict[str, Any]:
-    """The planner's lora_r and freeze_layers for an adaptation choice."""
+def adaptation_values(model_id: str, adaptation: str) -> tuple[int, ...]:
+    """The members of an adaptation the page offers: LoRA ranks; frozen layers from one to all but the top one."""
     if adaptation not in ADAPTATIONS:
         raise ValueError(f"adaptation must be one of {ADAPTATIONS}, got {adaptation!r}")
-    return {"lora_r": LORA_RANK if adaptation == "lora" else None,
-            "freeze_layers": frozen_layers(model_id) if adaptation == "freeze" else 0}
+    if adaptation == "lora":
+        return LORA_RANKS
+    return tuple(range(1, model_config(model_id).num_hidden_layers)) if adaptation == "freeze" else (0,)
+
+
+def levers(model_id: str, adaptation: str, value: int | None = None) -> dict[str, Any]:
+    """The planner's lora_r and freeze_layers for an adaptation and its member (default: rank LORA_RANK, the
+    lower half frozen)."""
+    if adaptation not in ADAPTATIONS:
+        raise ValueError(f"adaptation must be one of {ADAPTATIONS}, got {adaptation!r}")
+    if adaptation == "lora":
+        return {"lora_r": LORA_RANK if value is None else value, "freeze_layers": 0}
+    if adaptation == "freeze":
+        return {"lora_r": None, "freeze_layers": frozen_layers(model_id) if value is None else value}
+    return {"lora_r": None, "freeze_layers": 0}
 
 
 def model_lengths(model_id: str, lengths: Iterable[int] = FIT_LENGTHS) -> tuple[int, ...]:
@@ -87,11 +108,11 @@ def grid(models: Iterable[str] = tuple(KNOWN_MODELS), lengths: Iterable[int] = F
             for adaptation in ADAPTATIONS]
 
 
-def _estimate(config: FitConfig, batch: int, optimizer: str = "none") -> MemoryReport:
+def _estimate(config: FitConfig, batch: int, optimizer: str = "none", value: int | None = None) -> MemoryReport:
     return estimate_step_memory(config.model_id, batch, config.length, precision=config.precision,
                                 attention=config.attention, optimizer=optimizer,
-                                gradient_checkpointing=config.checkpointing, **levers(config.model_id,
-                                                                                     config.adaptation))
+                                gradient_checkpointing=config.checkpointing,
+                                **levers(config.model_id, config.adaptation, value))
 
 
 def _moments(report: MemoryReport) -> tuple[np.ndarray, list[int]]:
@@ -169,21 +190,126 @@ def single_point(report: MemoryReport) -> dict[str, Any]:
             "end": [_live_at_end(report), 0, end["weights"], end["gradients"]]}
 
 
-def config_lines(config: FitConfig) -> dict[str, Any]:
-    """The peak lines of one configuration, without optimizer state (that is added per optimizer); "one" holds
-    micro-batch 1 where it is off the lines (`off_the_line_at_one`)."""
-    lines = peak_lines(_estimate(config, 2), _estimate(config, 3))
+def config_lines(config: FitConfig, value: int | None = None) -> dict[str, Any]:
+    """The peak lines of one configuration (and member of its adaptation), without optimizer state (that is added
+    per optimizer); "one" holds micro-batch 1 where it is off the lines (`off_the_line_at_one`)."""
+    lines = peak_lines(_estimate(config, 2, value=value), _estimate(config, 3, value=value))
     if off_the_line_at_one(config):
-        lines["one"] = single_point(_estimate(config, 1))
+        lines["one"] = single_point(_estimate(config, 1, value=value))
     return lines
 
 
-def optimizer_facts(model_id: str, adaptation: str, optimizer: str) -> list[int]:
-    """[state bytes, rise of the optimizer's own step above the end of backward] for one model, what trains and
-    optimizer: neither depends on the batch, the length, the precision or the attention kernel."""
+class NotAffine(ValueError):
+    """Two members of a family differ in shape, or not by a whole step per member."""
+
+
+def _zip_numbers(first, second, combine):
+    """`combine` applied to the numbers at the same place in two entries of the same shape."""
+    if isinstance(first, dict):
+        if first.keys() != second.keys():
+            raise NotAffine("different parts")
+        return {key: _zip_numbers(first[key], second[key], combine) for key in first}
+    if isinstance(first, list):
+        if len(first) != len(second):
+            raise NotAffine("different numbers of lines")
+        return [_zip_numbers(a, b, combine) for a, b in zip(first, second)]
+    return combine(first, second)
+
+
+def _whole_step(span: int):
+    def step(low: int, high: int) -> int:
+        quotient, remainder = divmod(high - low, span)
+        if remainder:
+            raise NotAffine("not a whole step per member")
+        return quotient
+    return step
+
+
+def expand(family: dict[str, Any], value: int) -> Any:
+    """One member of a stored family: the estimate itself where stored, else its segment's first member plus one
+    step per member (the page's script does the same)."""
+    if str(value) in family["direct"]:
+        return family["direct"][str(value)]
+    segment = next((s for s in family["segments"] if s["low"] <= value <= s["high"]), None)
+    if segment is None:
+        raise KeyError(f"the family holds no member {value}")
+    return _zip_numbers(segment["base"], segment["step"], lambda x, s: x + (value - segment["low"]) * s)
+
+
+def _step_between(first, second) -> Any:
+    return _zip_numbers(first, second, lambda x, y: y - x)
+
+
+def runs_of_steps(members: dict[str, Any], shortest: int = 3) -> dict[str, Any]:
+    """Members that were each estimated, stored more compactly: every run of at least `shortest` consecutive
+    members that differ by one step becomes a segment (exact: each member in it was estimated), the rest stay."""
+    values = sorted(map(int, members))
+    segments, direct, i = [], {}, 0
+    while i < len(values):
+        j, step = i, None
+        while j + 1 < len(values) and values[j + 1] == values[j] + 1:
+            try:
+                next_step = _step_between(members[str(values[j])], members[str(values[j + 1])])
+            except NotAffine:
+                break
+            if step is not None and next_step != step:
+                break
+            step, j = next_step, j + 1
+        if j - i + 1 >= shortest:
+            segments.append({"low": values[i], "high": values[j], "base": members[str(values[i])], "step": step})
+            i = j + 1
+        else:
+            direct[str(values[i])] = members[str(values[i])]
+            i += 1
+    return {"segments": segments, "direct": direct}
+
+
+def affine_family(values: tuple[int, ...], span: tuple[int, int], check: int, estimate, known=None) -> dict:
+    """A family stored as its first member and the step per member over `span`, after the step predicted the
+    member `check` exactly (estimated on its own; the segment records it); members outside the span stored as
+    estimated. Where the family is not exact, every member is estimated and stored as `runs_of_steps` stores
+    them. `known` holds members already estimated (value: entry)."""
+    known = dict(known or {})
+    get = lambda v: known[v] if v in known else known.setdefault(v, estimate(v))  # noqa: E731
+    low, high = span
+    segments = []
+    try:
+        if not low < check < high:
+            raise NotAffine("no member inside the span to check")
+        segment = {"low": low, "high": high, "base": get(low), "check": check,
+                   "step": _zip_numbers(get(low), get(high), _whole_step(high - low))}
+        if expand({"segments": [segment], "direct": {}}, check) != get(check):
+            raise NotAffine(f"member {check} is not on the step")
+        segments.append(segment)
+    except NotAffine:
+        pass
+    rest = runs_of_steps({str(v): get(v) for v in values if not segments or not low <= v <= high})
+    return {"segments": segments + rest["segments"], "direct": rest["direct"]}
+
+
+def family_plan(model_id: str, adaptation: str) -> tuple[tuple[int, ...], tuple[int, int], int]:
+    """A family's members, the span its step covers (LoRA: every rank; frozen layers: one to all but the top two)
+    and the member estimated on its own to check the step (the page's default: r = 8, the lower half)."""
+    if adaptation == "full":
+        raise ValueError("every weight training is one configuration, not a family")
+    values = adaptation_values(model_id, adaptation)
+    span = (values[0], values[-1]) if adaptation == "lora" else (values[0], values[-2])
+    return values, span, LORA_RANK if adaptation == "lora" else frozen_layers(model_id)
+
+
+def family_lines(config: FitConfig, known: dict[int, Any] | None = None) -> dict[str, Any]:
+    """The peak lines of every member of a configuration's adaptation (a LoRA rank, a number of frozen layers),
+    stored as `affine_family` stores them."""
+    values, span, check = family_plan(config.model_id, config.adaptation)
+    return affine_family(values, span, check, lambda v: config_lines(config, v), known)
+
+
+def optimizer_facts(model_id: str, adaptation: str, optimizer: str, value: int | None = None) -> list[int]:
+    """[state bytes, rise of the optimizer's own step above the end of backward] for one model, what trains (and
+    its member) and optimizer: neither depends on the batch, the length, the precision or the attention kernel."""
     config = FitConfig(model_id, model_lengths(model_id)[0], "fp32", attention_kernels(model_config(model_id))[-1],
                        False, adaptation)
-    with_state, without = _estimate(config, 2, optimizer), _estimate(config, 2)
+    with_state, without = _estimate(config, 2, optimizer, value), _estimate(config, 2, value=value)
     state = sum(with_state.timeline.baseline.values()) - sum(without.timeline.baseline.values())
     start = with_state.timeline.phase_starts.get("optimizer", len(with_state.timeline.events))
     (live, at), (plain, plain_at) = _moments(with_state), _moments(without)
@@ -193,6 +319,14 @@ def optimizer_facts(model_id: str, adaptation: str, optimizer: str) -> list[int]
     end_of_backward = _live_at_end(with_state, start)
     rise = max(0, int(live[before:].max()) - end_of_backward) if before < len(live) else 0  # 0: nothing above
     return [int(state), rise]
+
+
+def optimizer_family(model_id: str, adaptation: str, optimizer: str) -> Any:
+    """`optimizer_facts` for every member of an adaptation, stored as `family_lines` stores lines (full: one)."""
+    if adaptation == "full":
+        return optimizer_facts(model_id, adaptation, optimizer)
+    values, span, check = family_plan(model_id, adaptation)
+    return affine_family(values, span, check, lambda v: optimizer_facts(model_id, adaptation, optimizer, v))
 
 
 def accelerate_answer(model_id: str) -> dict[str, int]:
@@ -241,15 +375,44 @@ def validation_summary() -> dict[str, Any]:
             "assumed_context_mib": measured["assumed context MiB"]}
 
 
-def _lines_job(config: FitConfig) -> tuple[str, dict[str, Any]]:
-    return config.key, config_lines(config)
+def _lines_job(job: tuple[FitConfig, dict[int, Any]]) -> tuple[str, dict[str, Any]]:
+    config, known = job
+    if config.adaptation == "full":
+        return config.key, known[0] if 0 in known else config_lines(config)
+    return config.key, family_lines(config, known)
 
 
-def _optimizer_job(args: tuple[str, str, str]) -> tuple[tuple[str, str, str], list[int]]:
-    return args, optimizer_facts(*args)
+def _optimizer_job(args: tuple[str, str, str]) -> tuple[tuple[str, str, str], Any]:
+    return args, optimizer_family(*args)
 
 
-def _pool_map(function, jobs: list, workers: int) -> list:
+def reusable(previous: dict[str, Any] | None) -> dict[str, dict[int, Any]]:
+    """The estimates a previous page's data holds that this one would make again, by configuration key and
+    member (value: lines): only members that were estimated on their own (a family's ends, its checked member and
+    those stored), only from data made with the same torch, transformers and search limit. Data from before the
+    families held one member each: LoRA at LORA_RANK and the lower half frozen. The estimator's own code is not
+    compared: tests/test_fit_page.py re-estimates sampled configurations of the data it tests."""
+    import torch
+    import transformers
+
+    if not previous or previous.get("max_batch") != MAX_BATCH or previous.get("versions") != {
+            "torch": torch.__version__.split("+")[0], "transformers": transformers.__version__}:
+        return {}
+    found: dict[str, dict[int, Any]] = {}
+    for key, entry in previous["peaks"].items():
+        model_id, adaptation = key.split("|")[0], key.split("|")[-1]
+        if "direct" not in entry:  # one member: full, or the old single LoRA rank or frozen half
+            value = {"full": 0, "lora": previous.get("lora_rank")}.get(adaptation, frozen_layers(model_id))
+            found[key] = {value: entry}
+            continue
+        estimated = {int(v) for v in entry["direct"]}
+        for segment in entry["segments"]:  # a segment's ends and checked member were estimated on their own
+            estimated |= {segment["low"], segment["high"], segment.get("check", segment["low"])}
+        found[key] = {v: expand(entry, v) for v in sorted(estimated) if v in adaptation_values(model_id, adaptation)}
+    return found
+
+
+def pool_map(function, jobs: list, workers: int) -> list:
     """Map over jobs in `workers` spawned processes, one thread each (1: in this process)."""
     if workers <= 1:
         return [function(job) for job in jobs]
@@ -272,8 +435,9 @@ def model_entry(model_id: str) -> dict[str, Any]:
 
 
 def page_data(models: Iterable[str] = tuple(KNOWN_MODELS), lengths: Iterable[int] = FIT_LENGTHS,
-              workers: int = 1, validation: bool = True) -> dict[str, Any]:
-    """Everything the page's script needs, from the planner (the "Will it fit?" page)."""
+              workers: int = 1, validation: bool = True, previous: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Everything the page's script needs, from the planner (the "Will it fit?" page); `previous`: an earlier
+    page's data whose estimates are reused where this one would repeat them (`reusable`)."""
     import torch
     import transformers
 
@@ -281,12 +445,16 @@ def page_data(models: Iterable[str] = tuple(KNOWN_MODELS), lengths: Iterable[int
     configs = grid(models, lengths)
     optimizer_jobs = [(m, a, o) for m in models for a in ADAPTATIONS for o in FIT_OPTIMIZERS]
     entries = {m: model_entry(m) for m in models}
-    facts = dict(_pool_map(_optimizer_job, optimizer_jobs, workers))  # first: it checks what the lines rely on
-    peaks = dict(_pool_map(_lines_job, configs, workers))
+    facts = dict(pool_map(_optimizer_job, optimizer_jobs, workers))  # first: it checks what the lines rely on
+    known = reusable(previous)
+    # the slowest first (a family estimates three or four members): no worker is left alone with them at the end
+    jobs = sorted(((c, known.get(c.key, {})) for c in configs), key=lambda job: job[0].adaptation == "full")
+    peaks = dict(pool_map(_lines_job, jobs, workers))
     return {
         "versions": {"torch": torch.__version__.split("+")[0],
                      "transformers": transformers.__version__},
-        **page_constants(), "lora_rank": LORA_RANK, "lengths": list(lengths),  # the rank the lines were made with
+        **page_constants(), "lora_rank": LORA_RANK, "lora_ranks": list(LORA_RANKS),  # the page's default rank
+        "lengths": list(lengths),
         "models": [{**entries[m], "optimizers": {o: {a: facts[(m, a, o)] for a in ADAPTATIONS}
                                                      for o in FIT_OPTIMIZERS}} for m in models],
         "peaks": peaks,
@@ -312,7 +480,14 @@ def page_constants() -> dict[str, Any]:
     return {"margin": request.allocator_margin, "context": request.cuda_context_bytes, "max_batch": MAX_BATCH,
             "cards": [card_entry(key, card) for key, card in CARDS.items() if card.memory_mib],
             "epoch": {"examples": BOOK_EXAMPLES, "floor_s": micro_step_floor_seconds(),
-                      "counts": [list(pair) for pair in book_length_counts()]}}
+                      "counts": [list(pair) for pair in book_length_counts()], "checked": time_check_summary()}}
+
+
+def time_check_summary() -> dict[str, Any]:
+    """How the time estimate did against the training times the book holds (`bertmem.book.time_check`), for the
+    page to quote: the runs, and the lowest, median and highest estimate / measured."""
+    ratios = sorted(row["estimated / measured"] for row in time_check())
+    return {"runs": len(ratios), "low": ratios[0], "median": float(np.median(ratios)), "high": ratios[-1]}
 
 
 def write_page_data(path, data: dict[str, Any]) -> int:
@@ -331,7 +506,8 @@ def read_page_data(path) -> dict[str, Any]:
     return json.loads(text[len(PREFIX):].strip().rstrip(";"))
 
 
-__all__ = ["ADAPTATIONS", "FIT_LENGTHS", "FIT_OPTIMIZERS", "FIT_PRECISIONS", "FitConfig", "MAX_BATCH", "PREFIX",
-           "accelerate_answer", "card_entry", "config_lines", "grid", "levers", "model_lengths", "optimizer_facts",
-           "page_constants", "page_data",
-           "peak_lines", "read_page_data", "upper_envelope", "write_page_data"]
+__all__ = ["ADAPTATIONS", "FIT_LENGTHS", "FIT_OPTIMIZERS", "FIT_PRECISIONS", "LORA_RANKS", "FitConfig", "MAX_BATCH",
+           "NotAffine", "PREFIX", "accelerate_answer", "adaptation_values", "affine_family", "card_entry",
+           "config_lines", "expand", "family_lines", "family_plan", "grid", "levers", "model_lengths",
+           "optimizer_facts", "optimizer_family", "page_constants", "page_data", "peak_lines", "pool_map",
+           "read_page_data", "reusable", "runs_of_steps", "time_check_summary", "upper_envelope", "write_page_data"]

@@ -28,7 +28,7 @@ class Card:
     """A GPU's memory and dense datasheet peaks in TFLOP/s per precision (no sparsity, no TF32) (setup cells)."""
 
     name: str
-    memory_mib: int | None  # total device memory as nvidia-smi reports it; None: not needed (throughput rows only)
+    memory_mib: int | None  # total device memory as nvidia-smi reports it; None: not needed
     peak_tflops: dict[str, float]
     source: str
     utilisation: float = UTILISATION  # the assumed share of the peak reached (an assumption, stated on the page)
@@ -91,9 +91,27 @@ CARDS = {  # NVIDIA datasheets and whitepapers (references.bib: the `source` of 
                  memory_source=MODAL_TOTALS),
     "H100": Card("H100 80GB (SXM)", 81559, {"fp32": 67.0, "fp16": 989.5, "bf16": 989.5}, "nvidia2022h100",
                  memory_source=MODAL_TOTALS, pattern=r"\bH100\b(?!.*\b(?:PCIe|NVL)\b)"),  # PCIe, NVL: other peaks
-    # A card that only the published throughput rows name (`bertmem.book.published`): NVIDIA's V100 datasheet
-    # (SXM2: fp32 15.7, tensor fp16 125); its memory is not used.
-    "V100": Card("V100", None, {"fp32": 15.7, "fp16": 125.0}, "NVIDIA V100 datasheet"),
+    # The card of appendix A3's measurements; not offered for planning (its memory is not in the table). The H200's
+    # datasheet gives the H100 SXM's dense rates.
+    "H200": Card("H200", None, {"fp32": 67.0, "fp16": 989.5, "bf16": 989.5}, "nvidia2024h200",
+                 pattern=r"\bH200\b(?!.*\bNVL\b)"),  # the NVL part: other peaks
+    # Kaggle's and older cloud cards. V100 (SXM2) and P100 (PCIe) peaks from their datasheets (a PCIe V100 is
+    # timed with the SXM2's, a little above its own). The P100 has no tensor cores and no bf16: its datasheet's
+    # 18.7 TFLOP/s fp16 accumulates in fp16, and with fp32 accumulation, as this table's peaks are, fp16 runs at
+    # its fp32 rate. The published memory rows and most throughput rows are V100 16GB; some throughput rows are
+    # 32GB (`bertmem.book.published`). A 32 GB device name also names the V100 as a word.
+    "V100-32GB": Card("V100 32GB", 32768, {"fp32": 15.7, "fp16": 125.0}, "nvidia2017v100",
+                      memory_source="https://github.com/Wan-Video/Wan2.1/issues/5",
+                      pattern=r"\bV100\b.*\b32\s*GB"),
+    "V100": Card("V100 16GB", 16384, {"fp32": 15.7, "fp16": 125.0}, "nvidia2017v100",
+                 memory_source="https://github.com/1CatAI/1Cat-vLLM/issues/85"),
+    "P100": Card("P100 16GB", 16384, {"fp32": 9.3, "fp16": 9.3}, "nvidia2016p100",
+                 memory_source="https://github.com/wookayin/gpustat/issues/130"),
+    # 48 GB workstation and data-centre cards (RTX A6000: ECC off, as it ships; L40S: ECC on, as it ships)
+    "A6000": Card("RTX A6000", 49140, {"fp32": 38.7, "fp16": 154.8, "bf16": 154.8}, "nvidia2020ga102",
+                  memory_source="https://github.com/noonghunna/club-3090/issues/1047", pattern=r"RTX\s*A6000\b"),
+    "L40S": Card("L40S", 46068, {"fp32": 91.6, "fp16": 362.05, "bf16": 362.05}, "nvidia2023l40s",
+                 memory_source="https://github.com/gpustack/gpustack/issues/301"),
 }
 
 
