@@ -76,7 +76,8 @@ def test_cli_plan_prints_json_and_text(capsys):
 @pytest.mark.parametrize("extra, message", [
     (["--memory", "1GiB"], "needs at least"),
     (["--memory", "15GiB", "--model", "nobody/no-such-model"], "not available offline"),
-    (["--memory", "a lot"], "or a card (t4, l4, a10, rtx3090, rtx4090, a100-80gb, a100, h100)"),
+    (["--memory", "a lot"], "or a card (t4, l4, a10, rtx3090, rtx4090, a100-80gb, a100, h100, v100-32gb, v100, p100, "
+                            "a6000, l40s)"),
 ])
 @pytest.mark.slow
 def test_cli_plan_errors_are_one_line_with_exit_2(capsys, extra, message):
