@@ -29,7 +29,7 @@ from bertmem.core.runtime import quiet_bitsandbytes_notice
 from bertmem.memory.cards import CARDS
 from bertmem.book.gpu_measured import calibration, recorded_gpu_run
 from bertmem.book.published import comparison, published_rows
-from bertmem.book.time_check import time_check
+from bertmem.book.time_check import time_check_summary
 from bertmem.memory.estimate import estimate_step_memory, model_config, parameter_count
 from bertmem.memory.measure import MemoryReport
 from bertmem.memory.planner import ALLOCATOR_MARGIN, PlanRequest
@@ -216,15 +216,6 @@ def _zip_numbers(first, second, combine):
     return combine(first, second)
 
 
-def _whole_step(span: int):
-    def step(low: int, high: int) -> int:
-        quotient, remainder = divmod(high - low, span)
-        if remainder:
-            raise NotAffine("not a whole step per member")
-        return quotient
-    return step
-
-
 def expand(family: dict[str, Any], value: int) -> Any:
     """One member of a stored family: the estimate itself where stored, else its segment's first member plus one
     step per member (the page's script does the same)."""
@@ -236,8 +227,14 @@ def expand(family: dict[str, Any], value: int) -> Any:
     return _zip_numbers(segment["base"], segment["step"], lambda x, s: x + (value - segment["low"]) * s)
 
 
-def _step_between(first, second) -> Any:
-    return _zip_numbers(first, second, lambda x, y: y - x)
+def _step_between(first, second, members: int = 1) -> Any:
+    """The whole step per member from one entry to another `members` members on (NotAffine if not whole)."""
+    def step(low: int, high: int) -> int:
+        quotient, remainder = divmod(high - low, members)
+        if remainder:
+            raise NotAffine("not a whole step per member")
+        return quotient
+    return _zip_numbers(first, second, step)
 
 
 def runs_of_steps(members: dict[str, Any], shortest: int = 3) -> dict[str, Any]:
@@ -277,7 +274,7 @@ def affine_family(values: tuple[int, ...], span: tuple[int, int], check: int, es
         if not low < check < high:
             raise NotAffine("no member inside the span to check")
         segment = {"low": low, "high": high, "base": get(low), "check": check,
-                   "step": _zip_numbers(get(low), get(high), _whole_step(high - low))}
+                   "step": _step_between(get(low), get(high), high - low)}
         if expand({"segments": [segment], "direct": {}}, check) != get(check):
             raise NotAffine(f"member {check} is not on the step")
         segments.append(segment)
@@ -483,13 +480,6 @@ def page_constants() -> dict[str, Any]:
                       "counts": [list(pair) for pair in book_length_counts()], "checked": time_check_summary()}}
 
 
-def time_check_summary() -> dict[str, Any]:
-    """How the time estimate did against the training times the book holds (`bertmem.book.time_check`), for the
-    page to quote: the runs, and the lowest, median and highest estimate / measured."""
-    ratios = sorted(row["estimated / measured"] for row in time_check())
-    return {"runs": len(ratios), "low": ratios[0], "median": float(np.median(ratios)), "high": ratios[-1]}
-
-
 def write_page_data(path, data: dict[str, Any]) -> int:
     """Write the data as a script that sets `window.BERTMEM_FIT` (works from file://, nothing fetched); bytes."""
     text = PREFIX + json.dumps(data, separators=(",", ":"), sort_keys=True) + ";\n"
@@ -510,4 +500,4 @@ __all__ = ["ADAPTATIONS", "FIT_LENGTHS", "FIT_OPTIMIZERS", "FIT_PRECISIONS", "LO
            "NotAffine", "PREFIX", "accelerate_answer", "adaptation_values", "affine_family", "card_entry",
            "config_lines", "expand", "family_lines", "family_plan", "grid", "levers", "model_lengths",
            "optimizer_facts", "optimizer_family", "page_constants", "page_data", "peak_lines", "pool_map",
-           "read_page_data", "reusable", "runs_of_steps", "time_check_summary", "upper_envelope", "write_page_data"]
+           "read_page_data", "reusable", "runs_of_steps", "upper_envelope", "write_page_data"]

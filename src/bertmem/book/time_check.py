@@ -4,6 +4,7 @@ training throughputs (`benchmarks/epoch_estimates.py` prints the table)."""
 
 from __future__ import annotations
 
+import statistics
 from typing import Any
 
 from bertmem.book.gpu_measured import recorded_gpu_run
@@ -68,4 +69,11 @@ def time_check() -> list[dict[str, Any]]:
     return measured_epochs() + published_epochs()
 
 
-__all__ = ["measured_epochs", "published_epochs", "time_check"]
+def time_check_summary(rows: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """How the estimate did (the "Will it fit?" page quotes it, the benchmark prints it): the runs, and the
+    lowest, median and highest estimate / measured."""
+    ratios = sorted(row["estimated / measured"] for row in (time_check() if rows is None else rows))
+    return {"runs": len(ratios), "low": ratios[0], "median": statistics.median(ratios), "high": ratios[-1]}
+
+
+__all__ = ["measured_epochs", "published_epochs", "time_check", "time_check_summary"]
