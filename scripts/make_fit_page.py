@@ -1,4 +1,5 @@
-"""Generate the "Will it fit?" page's data (book/_static/will_it_fit_data.js) from the planner.
+"""Generate the "Will it fit?" page's data (book/_static/will_it_fit_data.js) from the planner, and the package's
+stored lines (src/bertmem/recorded/fit-lines.json, what `bertmem plan` answers from) with it.
 
     python scripts/make_fit_page.py [--workers 2] [--models ID ...] [--lengths 128 512 ...] [--output PATH]
     python scripts/make_fit_page.py --constants-only   # cards, planner constants, time defaults; lines kept
@@ -28,10 +29,13 @@ from bertmem.book.fit_page import (  # noqa: E402
     read_page_data,
     reusable,
     write_page_data,
+    write_stored_lines,
 )
+from bertmem.memory.stored import LINES_FILE  # noqa: E402
 from bertmem.model.known import KNOWN_MODELS  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
+PACKAGE_LINES = ROOT / "src" / "bertmem" / "recorded" / LINES_FILE
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,14 +44,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", nargs="+", default=list(KNOWN_MODELS), choices=list(KNOWN_MODELS))
     parser.add_argument("--lengths", nargs="+", type=int, default=list(FIT_LENGTHS))
     parser.add_argument("--output", type=Path, default=ROOT / "book" / "_static" / "will_it_fit_data.js")
+    parser.add_argument("--lines-output", type=Path, default=None,
+                        help="the package's stored lines, written from the same data (default: the package's "
+                             f"{LINES_FILE} where every model and length was estimated for the default --output)")
     parser.add_argument("--no-validation", action="store_true", help="skip the published-readings summary")
     parser.add_argument("--fresh", action="store_true", help="reuse no estimate from the file at --output")
     parser.add_argument("--constants-only", action="store_true",
                         help="refresh only what does not need an estimate (cards, constants, time defaults)")
     args = parser.parse_args(argv)
+    whole = (args.output == parser.get_default("output") and args.models == list(KNOWN_MODELS)
+             and args.lengths == list(FIT_LENGTHS))
+    args.lines_output = args.lines_output or (PACKAGE_LINES if whole else None)  # a part never replaces them
     if args.constants_only:
-        size = write_page_data(args.output, {**read_page_data(args.output), **page_constants()})
-        print(f"refreshed the constants of {args.output.name}: {size / 1e6:.2f} MB")
+        data = {**read_page_data(args.output), **page_constants()}
+        size = write_page_data(args.output, data)
+        lines = write_stored_lines(args.lines_output, data) if args.lines_output else 0
+        print(f"refreshed the constants of {args.output.name}: {size / 1e6:.2f} MB"
+              + (f"; {args.lines_output.name}: {lines / 1e6:.2f} MB" if lines else ""))
         return 0
     start = time.perf_counter()
     configs = grid(args.models, args.lengths)
@@ -58,6 +71,8 @@ def main(argv: list[str] | None = None) -> int:
     data = page_data(args.models, args.lengths, workers=args.workers, validation=not args.no_validation,
                      previous=previous)
     size = write_page_data(args.output, data)
+    if args.lines_output:
+        write_stored_lines(args.lines_output, data)
     minutes = (time.perf_counter() - start) / 60
     print(f"wrote {args.output.relative_to(ROOT) if args.output.is_relative_to(ROOT) else args.output}: "
           f"{size / 1e6:.2f} MB, {len(data['models'])} models, {len(data['cards'])} cards, "

@@ -315,7 +315,7 @@ def plan_answer(capsys, choice: dict) -> dict:
             "--precision", choice["precision"], "--attention", choice["attention"],
             "--gradient-checkpointing" if choice["checkpointing"] else "--no-gradient-checkpointing",
             "--optimizer", choice["optimizer"], "--effective-batch", str(choice["effective_batch"]),
-            "--freeze-layers", str(lever["freeze_layers"]), "--json"]
+            "--freeze-layers", str(lever["freeze_layers"]), "--json", "--fresh"]  # not the lines the page holds
     if lever["lora_r"]:
         argv += ["--lora-r", str(lever["lora_r"])]
     capsys.readouterr()

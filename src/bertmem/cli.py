@@ -53,6 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_config_flags(p, PlanRequest, planned.plan_request())
     add_config_flags(p, EpochRequest)
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    p.add_argument("--fresh", action="store_true", help="estimate under FakeTensorMode now, with this machine's "
+                   "torch and transformers, even where the stored lines of the \"Will it fit?\" page answer")
     parser.train_parser = t  # --recipe sets its defaults (main)
     f = sub.add_parser("predict", allow_abbrev=False,
                        help="label a file of new texts with a saved model -> a CSV of classes and probabilities")
@@ -86,7 +88,7 @@ def plan_main(args: argparse.Namespace) -> dict:
         memory = parse_memory(args.memory_bytes)
     precision, why = plan_precision(args.precision, args.memory_bytes, device_capability())
     plan = plan_micro_batch(config_from_flags(PlanRequest, args, memory_bytes=memory, cuda_context_bytes=context,
-                                              precision=precision))
+                                              precision=precision), fresh=args.fresh)
     plan.precision_asked = args.precision  # the command keeps 'auto': the card's choice on the card, fp32 on a CPU
     plan.epoch, plan.no_epoch = plan_epoch(plan, card, config_from_flags(EpochRequest, args), no_card)
     if args.precision == "auto" and not args.json:

@@ -34,6 +34,7 @@ from bertmem.memory.estimate import estimate_step_memory, model_config, paramete
 from bertmem.memory.measure import MemoryReport
 from bertmem.memory.planner import ALLOCATOR_MARGIN, PlanRequest
 from bertmem.memory.speed import BOOK_EXAMPLES, book_length_counts, micro_step_floor_seconds
+from bertmem.memory.stored import NotAffine, expand, zip_numbers
 from bertmem.model.adapters import LORA_RANK
 from bertmem.model.known import KNOWN_MODELS, attention_kernels, usable_positions
 
@@ -199,34 +200,6 @@ def config_lines(config: FitConfig, value: int | None = None) -> dict[str, Any]:
     return lines
 
 
-class NotAffine(ValueError):
-    """Two members of a family differ in shape, or not by a whole step per member."""
-
-
-def _zip_numbers(first, second, combine):
-    """`combine` applied to the numbers at the same place in two entries of the same shape."""
-    if isinstance(first, dict):
-        if first.keys() != second.keys():
-            raise NotAffine("different parts")
-        return {key: _zip_numbers(first[key], second[key], combine) for key in first}
-    if isinstance(first, list):
-        if len(first) != len(second):
-            raise NotAffine("different numbers of lines")
-        return [_zip_numbers(a, b, combine) for a, b in zip(first, second)]
-    return combine(first, second)
-
-
-def expand(family: dict[str, Any], value: int) -> Any:
-    """One member of a stored family: the estimate itself where stored, else its segment's first member plus one
-    step per member (the page's script does the same)."""
-    if str(value) in family["direct"]:
-        return family["direct"][str(value)]
-    segment = next((s for s in family["segments"] if s["low"] <= value <= s["high"]), None)
-    if segment is None:
-        raise KeyError(f"the family holds no member {value}")
-    return _zip_numbers(segment["base"], segment["step"], lambda x, s: x + (value - segment["low"]) * s)
-
-
 def _step_between(first, second, members: int = 1) -> Any:
     """The whole step per member from one entry to another `members` members on (NotAffine if not whole)."""
     def step(low: int, high: int) -> int:
@@ -234,7 +207,7 @@ def _step_between(first, second, members: int = 1) -> Any:
         if remainder:
             raise NotAffine("not a whole step per member")
         return quotient
-    return _zip_numbers(first, second, step)
+    return zip_numbers(first, second, step)
 
 
 def runs_of_steps(members: dict[str, Any], shortest: int = 3) -> dict[str, Any]:
@@ -480,6 +453,19 @@ def page_constants() -> dict[str, Any]:
                       "counts": [list(pair) for pair in book_length_counts()], "checked": time_check_summary()}}
 
 
+LINES_KEYS = ("versions", "max_batch", "lora_rank", "lora_ranks", "lengths", "models", "peaks")  # what the
+# package keeps of the page's data (bertmem/recorded/fit-lines.json): `bertmem plan` answers from it
+
+
+def write_stored_lines(path, data: dict[str, Any]) -> int:
+    """Write the estimated part of the page's data as the package's stored lines (`bertmem.memory.stored`);
+    bytes."""
+    text = json.dumps({key: data[key] for key in LINES_KEYS}, separators=(",", ":"), sort_keys=True) + "\n"
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    return len(text.encode("utf-8"))
+
+
 def write_page_data(path, data: dict[str, Any]) -> int:
     """Write the data as a script that sets `window.BERTMEM_FIT` (works from file://, nothing fetched); bytes."""
     text = PREFIX + json.dumps(data, separators=(",", ":"), sort_keys=True) + ";\n"
@@ -497,7 +483,8 @@ def read_page_data(path) -> dict[str, Any]:
 
 
 __all__ = ["ADAPTATIONS", "FIT_LENGTHS", "FIT_OPTIMIZERS", "FIT_PRECISIONS", "LORA_RANKS", "FitConfig", "MAX_BATCH",
-           "NotAffine", "PREFIX", "accelerate_answer", "adaptation_values", "affine_family", "card_entry",
+           "LINES_KEYS", "NotAffine", "PREFIX", "accelerate_answer", "adaptation_values", "affine_family", "card_entry",
            "config_lines", "expand", "family_lines", "family_plan", "grid", "levers", "model_lengths",
            "optimizer_facts", "optimizer_family", "page_constants", "page_data", "peak_lines", "pool_map",
-           "read_page_data", "reusable", "runs_of_steps", "upper_envelope", "write_page_data"]
+           "read_page_data", "reusable", "runs_of_steps", "upper_envelope", "write_page_data",
+           "write_stored_lines"]

@@ -136,7 +136,7 @@ def plan_run(fit: FitRequest, run: RunConfig, data: DataConfig, config: TrainCon
         plan = plan_micro_batch(request)
     except ValueError as err:
         raise ValueError(f"{err}; {fit_levers(request)}") from None
-    notes += plan.notes
+    notes += plan.notes + [f"memory plan estimated from {plan.estimated_from}"]
     if fit.plan_micro_batch:
         micro, accumulation = plan.micro_batch, plan.accumulation_steps
     else:

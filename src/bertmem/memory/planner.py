@@ -1,13 +1,15 @@
 """Will it fit? The largest micro-batch under a memory budget, from the step's estimated peak (chapters 1 and 5).
 
 The planner asks `estimate_step_memory` (FakeTensorMode: nothing is allocated, no GPU is needed) for the peak of
-one steady-state step — the most memory alive at one moment, not the sum of the categories (chapter 1) — and adds
+one steady-state step, or reads it off the stored lines of the same estimates where they cover the request
+(`bertmem.memory.stored`) — the most memory alive at one moment, not the sum of the categories (chapter 1) — and adds
 what the estimate cannot see: the CUDA context and a margin for the caching allocator's rounding and fragmentation.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
+from importlib.metadata import version
 from typing import Any
 
 import torch
@@ -29,6 +31,7 @@ from bertmem.memory.cards import (
 from bertmem.memory.estimate import estimate_step_memory, model_config, parameter_count
 from bertmem.memory.measure import measure_step_memory
 from bertmem.memory.speed import EpochRequest, book_tokens_per_example, epoch_estimate
+from bertmem.memory.stored import StoredStep, stored_step
 from bertmem.model.adapters import LORA_RANK
 from bertmem.model.known import attention_kernels, takes_token_types
 from bertmem.model.loading import enable_gradient_checkpointing
@@ -149,6 +152,9 @@ class Plan:
     #                                                             splits poorly (`split_advice`); else empty
     epoch: dict[str, Any] | None = None  # the estimated time per epoch on the named card (`plan_epoch`)
     no_epoch: str | None = None  # why there is no time estimate, where there is none
+    estimated_from: str = ""  # the stored lines, or an estimate made afresh and why (`plan_micro_batch`)
+    parameters: int | None = None  # the model's parameters as the stored lines carry them, for the time estimate
+    #                                (`plan_epoch`); None: counted there, on a model built on the meta device
 
     def as_dict(self) -> dict[str, Any]:
         """One JSON-ready object (`bertmem plan --json`), with the `bertmem train` command that runs it."""
@@ -185,7 +191,9 @@ class Plan:
                  *split_lines(self),
                  f"estimated peak {self.estimated_peak_bytes / GIB:.2f} GiB (during {self.peak_phase}):"]
         lines += [f"  {name:<34} {size / GIB:6.2f} GiB" for name, size in self.breakdown.items()]
-        lines.append(f"time: {self.epoch['line']}" if self.epoch else f"time: no estimate: {self.no_epoch}")
+        lines += [f"estimated from {self.estimated_from}"] if self.estimated_from else []
+        if self.epoch or self.no_epoch:  # asked for (`plan_epoch`): the command always asks
+            lines.append(f"time: {self.epoch['line']}" if self.epoch else f"time: no estimate: {self.no_epoch}")
         lines += [f"note: {note}" for note in self.notes]
         lines.append(f"to run it: {self.train_command()} (your file, and --text-column and --label-column if its "
                      "columns are not text and label; to plan again for the file's longest batch, replace "
@@ -258,10 +266,11 @@ def estimate_for(request: PlanRequest, batch: int):
                                 lora_r=request.lora_r, freeze_layers=request.freeze_layers)
 
 
-def runnable(request: PlanRequest) -> tuple[PlanRequest, list[str]]:
+def runnable(request: PlanRequest, kernels: tuple[str, ...] | None = None) -> tuple[PlanRequest, list[str]]:
     """The request as the model can run it, with a note for each change: an attention kernel the model lacks in
-    transformers (DeBERTa-v3 has no SDPA) becomes eager, which every model has (`bertmem plan`)."""
-    kernels = attention_kernels(model_config(request.model_id))
+    transformers (DeBERTa-v3 has no SDPA) becomes eager, which every model has (`bertmem plan`). `kernels`: the
+    model's, where known (the stored lines hold them), else read from transformers."""
+    kernels = kernels or attention_kernels(model_config(request.model_id))
     if request.attention in kernels:
         return request, []
     note = (f"{request.model_id} has no {request.attention} attention in transformers: planned with "
@@ -269,18 +278,41 @@ def runnable(request: PlanRequest) -> tuple[PlanRequest, list[str]]:
     return replace(request, attention=kernels[0]), [note]
 
 
-def plan_micro_batch(request: PlanRequest, max_batch: int = 1024) -> Plan:
+def installed_versions() -> str:
+    """'torch 2.13.0, transformers 5.25.0': what an estimate made now runs on."""
+    return f"torch {torch.__version__.split('+')[0]}, transformers {version('transformers')}"
+
+
+def estimate_source(request: PlanRequest, max_batch: int, fresh: bool) -> tuple[StoredStep | None, str]:
+    """The stored lines that answer a plan (the "Will it fit?" page's), or None where they do not cover it or
+    `fresh` asks for a new estimate; with the words that say which (`bertmem plan`)."""
+    step = "asked for with --fresh" if fresh else stored_step(request)
+    searched = min(max_batch, max(request.effective_batch, 2))  # plan_micro_batch's cap
+    if isinstance(step, StoredStep) and searched > step.max_batch:
+        step = f"micro-batches beyond the stored {step.max_batch}"
+    if isinstance(step, StoredStep):
+        here = installed_versions()
+        return step, (f"the stored lines of the \"Will it fit?\" page, estimated under FakeTensorMode with "
+                      f"{step.made_with}" + ("" if here == step.made_with else f"; this machine has {here}")
+                      + " (--fresh, or fresh=True, estimates with this machine's)")
+    return None, f"an estimate made now under FakeTensorMode with {installed_versions()} ({step})"
+
+
+def plan_micro_batch(request: PlanRequest, max_batch: int = 1024, fresh: bool = False) -> Plan:
     """The largest micro-batch whose estimated peak fits, and the accumulation for the effective batch (ch. 5).
 
     The peak grows linearly with the micro-batch once its moment is fixed, so two estimates give a first guess
-    that a few more estimates confirm; the micro-batch used divides the effective batch exactly.
+    that a few more estimates confirm; the micro-batch used divides the effective batch exactly. Where the
+    stored lines cover the request they give each estimate (the same numbers, read off the lines) unless
+    `fresh`.
     """
-    request, notes = runnable(request)
+    stored, source = estimate_source(request, max_batch, fresh)
+    request, notes = runnable(request, stored.attentions if stored else None)
     cache: dict[int, Any] = {}
 
     def report(batch: int):
         if batch not in cache:
-            cache[batch] = estimate_for(request, batch)
+            cache[batch] = stored.peak(batch) if stored else estimate_for(request, batch)
         return cache[batch]
 
     def fits(batch: int) -> bool:
@@ -320,7 +352,8 @@ def plan_micro_batch(request: PlanRequest, max_batch: int = 1024) -> Plan:
     return Plan(micro_batch=micro, accumulation_steps=request.effective_batch // micro,
                 largest_fitting_batch=largest, estimated_peak_bytes=request.needed_bytes(tensor_peak),
                 memory_bytes=request.memory_bytes, peak_phase=chosen.peak_phase, breakdown=breakdown,
-                request=asdict(request), notes=notes, nearby=split_advice(request.effective_batch, largest))
+                request=asdict(request), notes=notes, nearby=split_advice(request.effective_batch, largest),
+                estimated_from=source, parameters=stored.parameters if stored else None)
 
 
 SIZE_HAS_NO_SPEED = "a budget given as a size has no known speed: name the card (e.g. --memory t4)"
@@ -340,8 +373,9 @@ def plan_epoch(plan: Plan, card: Card | None, epoch: EpochRequest, no_card: str 
         return None, (f"{with_article(card.name)} has no {r['precision']} rate (its 16-bit format: "
                       f"{card.low_precision()})")
     tokens = epoch.tokens_per_example or book_tokens_per_example(r["max_length"])
-    estimate = epoch_estimate(parameter_count(r["model_id"]), epoch.train_size, tokens, plan.micro_batch, card,
-                              r["precision"], 4 / 3 if r["gradient_checkpointing"] else 1.0)
+    parameters = plan.parameters or parameter_count(r["model_id"])  # the stored lines carry them
+    estimate = epoch_estimate(parameters, epoch.train_size, tokens, plan.micro_batch, card, r["precision"],
+                              4 / 3 if r["gradient_checkpointing"] else 1.0)
     return ({**asdict(estimate), "line": estimate.line(), "examples": epoch.train_size,
              "tokens_per_example": tokens}, None)
 
