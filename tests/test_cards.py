@@ -38,3 +38,9 @@ def test_at_least_six_cards_have_memory_each_with_its_sources():
 def test_bf16_only_where_the_card_has_it():
     assert [key for key, card in CARDS.items() if card.memory_mib and card.low_precision() == "fp16"] == [
         "T4", "V100-32GB", "V100", "P100"]  # before Ampere: no bf16 tensor cores
+
+
+def test_a_rate_is_measured_only_where_the_card_has_a_published_one():
+    t4, l4 = CARDS["T4"], CARDS["L4"]
+    assert t4.rate_measured("auto") and t4.rate_measured("fp16") and t4.rate_measured("fp32")
+    assert not l4.rate_measured("auto") and not l4.rate_measured("bf16")

@@ -156,3 +156,10 @@ def test_the_command_estimates_afresh_when_asked(capsys, monkeypatch):
     plan = json.loads(capsys.readouterr().out)
     assert calls and plan["estimated_from"].endswith("(asked for with --fresh)")
     assert plan["parameters"] is None and plan["epoch"]["seconds"] > 0  # counted for the time, not kept
+
+
+def test_a_machine_with_other_versions_is_told_so(monkeypatch):
+    monkeypatch.setattr(planner, "estimator_versions", lambda: {"torch": "2.11.0", "transformers": "5.15.0"})
+    plan = plan_micro_batch(request())
+    assert plan.estimated_from.startswith("the stored lines")
+    assert "; this machine has torch 2.11.0, transformers 5.15.0 (--fresh" in plan.estimated_from

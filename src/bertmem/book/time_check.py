@@ -23,7 +23,7 @@ def _row(source: str, card, step: str, precision: str, micro_batch: int, example
     return {"source": source, "card": card.name, "step": step, "estimated (s)": estimate.seconds,
             "measured (s)": measured_s, "estimated / measured": estimate.seconds / measured_s,
             "bound": estimate.bound, "rate (TFLOP/s)": estimate.rate_tflops,
-            "rate": "published" if precision in card.measured_tflops else f"{card.utilisation:.0%} of peak",
+            "rate": "published" if card.rate_measured(precision) else f"{card.utilisation:.0%} of peak",
             "reached (TFLOP/s, 6PT)": training_flops(params, int(examples * tokens)) / measured_s / 1e12}
 
 

@@ -48,6 +48,10 @@ class Card:
         """The precision `auto` picks on this card: bf16 where it has bf16 tensor cores, else fp16."""
         return "bf16" if "bf16" in self.peak_tflops else "fp16"
 
+    def rate_measured(self, precision: str) -> bool:
+        """Whether `training_tflops` gives a published measurement for this precision ('auto' included)."""
+        return (self.low_precision() if precision == "auto" else precision) in self.measured_tflops
+
     def training_tflops(self, precision: str) -> float:
         """What a BERT fine-tune reaches: the published measurement, else the datasheet peak × utilisation."""
         precision = self.low_precision() if precision == "auto" else precision

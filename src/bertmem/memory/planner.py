@@ -9,7 +9,6 @@ what the estimate cannot see: the CUDA context and a margin for the caching allo
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
-from importlib.metadata import version
 from typing import Any
 
 import torch
@@ -31,7 +30,7 @@ from bertmem.memory.cards import (
 from bertmem.memory.estimate import estimate_step_memory, model_config, parameter_count
 from bertmem.memory.measure import measure_step_memory
 from bertmem.memory.speed import EpochRequest, book_tokens_per_example, epoch_estimate
-from bertmem.memory.stored import StoredStep, stored_step
+from bertmem.memory.stored import StoredStep, estimator_versions, stored_step, versions_text
 from bertmem.model.adapters import LORA_RANK
 from bertmem.model.known import attention_kernels, takes_token_types
 from bertmem.model.loading import enable_gradient_checkpointing
@@ -278,24 +277,19 @@ def runnable(request: PlanRequest, kernels: tuple[str, ...] | None = None) -> tu
     return replace(request, attention=kernels[0]), [note]
 
 
-def installed_versions() -> str:
-    """'torch 2.13.0, transformers 5.25.0': what an estimate made now runs on."""
-    return f"torch {torch.__version__.split('+')[0]}, transformers {version('transformers')}"
-
-
-def estimate_source(request: PlanRequest, max_batch: int, fresh: bool) -> tuple[StoredStep | None, str]:
-    """The stored lines that answer a plan (the "Will it fit?" page's), or None where they do not cover it or
-    `fresh` asks for a new estimate; with the words that say which (`bertmem plan`)."""
+def estimate_source(request: PlanRequest, cap: int, fresh: bool) -> tuple[StoredStep | None, str]:
+    """The stored lines that answer a plan searched up to micro-batch `cap` (the "Will it fit?" page's), or None
+    where they do not cover it or `fresh` asks for a new estimate; with the words that say which (`bertmem plan`)."""
     step = "asked for with --fresh" if fresh else stored_step(request)
-    searched = min(max_batch, max(request.effective_batch, 2))  # plan_micro_batch's cap
-    if isinstance(step, StoredStep) and searched > step.max_batch:
+    if isinstance(step, StoredStep) and cap > step.max_batch:
         step = f"micro-batches beyond the stored {step.max_batch}"
+    here = estimator_versions()
     if isinstance(step, StoredStep):
-        here = installed_versions()
         return step, (f"the stored lines of the \"Will it fit?\" page, estimated under FakeTensorMode with "
-                      f"{step.made_with}" + ("" if here == step.made_with else f"; this machine has {here}")
+                      f"{versions_text(step.versions)}"
+                      + ("" if here == step.versions else f"; this machine has {versions_text(here)}")
                       + " (--fresh, or fresh=True, estimates with this machine's)")
-    return None, f"an estimate made now under FakeTensorMode with {installed_versions()} ({step})"
+    return None, f"an estimate made now under FakeTensorMode with {versions_text(here)} ({step})"
 
 
 def plan_micro_batch(request: PlanRequest, max_batch: int = 1024, fresh: bool = False) -> Plan:
@@ -306,7 +300,8 @@ def plan_micro_batch(request: PlanRequest, max_batch: int = 1024, fresh: bool = 
     stored lines cover the request they give each estimate (the same numbers, read off the lines) unless
     `fresh`.
     """
-    stored, source = estimate_source(request, max_batch, fresh)
+    cap = min(max_batch, max(request.effective_batch, 2))  # a larger micro-batch would not be used
+    stored, source = estimate_source(request, cap, fresh)
     request, notes = runnable(request, stored.attentions if stored else None)
     cache: dict[int, Any] = {}
 
@@ -327,7 +322,6 @@ def plan_micro_batch(request: PlanRequest, max_batch: int = 1024, fresh: bool = 
     slope = max(1, report(2).step_peak - report(1).step_peak)
     usable = (request.memory_bytes - request.cuda_context_bytes) / (1 + request.allocator_margin)
     guess = 1 + int((usable - report(1).step_peak) // slope)
-    cap = min(max_batch, max(request.effective_batch, 2))  # a larger micro-batch would not be used
     low, high = 1, cap + 1  # fits(low) holds; fits(high) does not (or high is past the cap)
     guess = min(max(guess, 1), cap)
     if fits(guess):

@@ -100,9 +100,7 @@ def epoch_estimate(num_params: int, examples: int, tokens_per_example: float, mi
     rate = card.training_tflops(precision)
     compute = training_flops(num_params, micro_batch * tokens_per_example) * recompute / (rate * 1e12)
     floor = micro_step_floor_seconds()
-    measured = precision in card.measured_tflops or (precision == "auto" and card.low_precision()
-                                                     in card.measured_tflops)
-    source = (f"{rate:.1f} TFLOP/s, a BERT fine-tune's published rate on it" if measured
+    source = (f"{rate:.1f} TFLOP/s, a BERT fine-tune's published rate on it" if card.rate_measured(precision)
               else f"{rate:.1f} TFLOP/s, {card.utilisation:.0%} of its datasheet peak (assumed)")
     basis = (f"6 · parameters · tokens at {source}; no micro-step under A3's {1000 * floor:.0f} ms, measured "
              "for bert-base at micro-batch 8 on an H200")

@@ -13,14 +13,32 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from functools import lru_cache
+from importlib.metadata import version
 from importlib.resources import files
 from pathlib import Path
 from typing import Any, Callable
 
+from bertmem.memory.timeline import PHASES
 from bertmem.model.known import known_model
 
 LINES_FILE = "fit-lines.json"  # in bertmem/recorded: written by scripts/make_fit_page.py with the page's data
-PHASES = ("forward", "backward", "optimizer")
+
+
+def estimator_versions() -> dict[str, str]:
+    """The torch and transformers an estimate made here runs on: what the stored lines record and are compared
+    with."""
+    return {"torch": version("torch").split("+")[0], "transformers": version("transformers")}
+
+
+def versions_text(versions: dict[str, str]) -> str:
+    """'torch 2.13.0, transformers 5.25.0'."""
+    return f"torch {versions['torch']}, transformers {versions['transformers']}"
+
+
+def lines_key(model_id: str, length: int, precision: str, attention: str, checkpointing: bool,
+              adaptation: str) -> str:
+    """How the stored lines name a configuration: 'FacebookAI/roberta-base|512|bf16|sdpa|1|lora'."""
+    return "|".join((model_id, str(length), precision, attention, str(int(checkpointing)), adaptation))
 
 
 class NotAffine(ValueError):
@@ -88,13 +106,13 @@ def peak_at(entry: dict[str, Any], facts: list[int], batch: int) -> StoredPeak:
 @dataclass(frozen=True)
 class StoredStep:
     """The stored lines of one request: its step peak at any micro-batch up to `max_batch`, the model's attention
-    kernels and parameters, and what made the lines (`bertmem plan`)."""
+    kernels and parameters, and the versions that made the lines (`bertmem plan`)."""
 
     peak: Callable[[int], StoredPeak]
     max_batch: int
     attentions: tuple[str, ...]
     parameters: int
-    made_with: str
+    versions: dict[str, str]
 
 
 def _adaptation(request, layers: int, ranks: list[int]) -> tuple[str, int] | str:
@@ -132,18 +150,16 @@ def stored_step(request) -> StoredStep | str:
     kind, member = adaptation
     precision = "fp32" if request.precision == "fp32" else "bf16"  # fp16 and bf16 hold the same bytes
     attention = request.attention if request.attention in model["attentions"] else model["attentions"][0]
-    key = "|".join((model["id"], str(request.max_length), precision, attention,
-                    str(int(request.gradient_checkpointing)), kind))
+    key = lines_key(model["id"], request.max_length, precision, attention, request.gradient_checkpointing, kind)
     if key not in data["peaks"]:  # lines made for fewer lengths than the model takes (make_fit_page --lengths)
         return f"no stored lines for {request.max_length} tokens"
     entry, facts = data["peaks"][key], optimizer[kind]
     if kind != "full":
         entry, facts = expand(entry, member), expand(facts, member)
-    versions = data["versions"]
     return StoredStep(peak=lambda batch: peak_at(entry, facts, batch), max_batch=data["max_batch"],
                       attentions=tuple(model["attentions"]), parameters=model["parameters"],
-                      made_with=f"torch {versions['torch']}, transformers {versions['transformers']}")
+                      versions=data["versions"])
 
 
-__all__ = ["LINES_FILE", "NotAffine", "StoredPeak", "StoredStep", "expand", "peak_at", "stored_lines", "stored_step",
-           "zip_numbers"]
+__all__ = ["LINES_FILE", "NotAffine", "StoredPeak", "StoredStep", "estimator_versions", "expand", "lines_key",
+           "peak_at", "stored_lines", "stored_step", "versions_text", "zip_numbers"]
