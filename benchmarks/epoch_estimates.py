@@ -1,9 +1,10 @@
 """The time per epoch estimate against every training time the book holds (the "Will it fit?" page, #57).
 
-`bertmem plan` and the page estimate an epoch as micro-steps of the larger of 6 · parameters · tokens over the
-card's training rate and A3's per-step floor (`bertmem.memory.speed.epoch_estimate`). This prints, for each
-measured or published training run the book holds, the estimate for the same card, precision, micro-batch and
-padded tokens beside the measured time, and the rate the run reached. No GPU needed: the times are recorded.
+`bertmem plan` and the page estimate an epoch as micro-steps of the larger of the model's matmul FLOPs (the count
+the bench's MFU uses, `bertmem.model.matmuls`) over the card's training rate and A3's per-step floor
+(`bertmem.memory.speed.epoch_estimate`). This prints, for each measured or published training run the book holds,
+the estimate for the same card, precision, micro-batch and padded tokens beside the measured time, and the rate the
+run reached. No GPU needed: the times are recorded.
 
 Usage: python benchmarks/epoch_estimates.py [--markdown]
 """
@@ -20,7 +21,7 @@ from bertmem.book.plots import as_table, markdown_table  # noqa: E402
 from bertmem.book.time_check import time_check, time_check_summary  # noqa: E402
 
 COLUMNS = ("source", "card", "step", "estimated (s)", "measured (s)", "estimated / measured", "bound", "rate",
-           "reached (TFLOP/s, 6PT)")
+           "reached (TFLOP/s)")
 
 
 def main(argv: list[str] | None = None) -> int:

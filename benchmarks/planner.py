@@ -81,7 +81,7 @@ def published_sections() -> None:
     excluded = published_rows(("excluded",))
     print(f"\n{len(excluded)} rows left out, each with its reason in recorded/published_gpu_memory.csv: "
           + "; ".join(sorted({f"{r.source}: {r.note}" for r in excluded})))
-    print("\n## The time model (6 · parameters · tokens at the rate the chapter minutes use: a T4's published rate, "
+    print("\n## The time model (matmul FLOPs at the rate the chapter minutes use: a T4's published rate, "
           "else 30 % of the datasheet peak) against published throughputs\n")
     print(markdown_table(throughput_comparison(), floatfmt=".2f"))
     print("\nSources:\n" + "\n".join(f"- {key}: {title}, {url}" for key, (title, url) in SOURCES.items()))

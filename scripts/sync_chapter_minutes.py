@@ -55,13 +55,13 @@ def table() -> str:
     from bertmem.book.chapters import FIRST_RUN_MINUTES, MINUTES_CARDS, MODEL_LOAD_SECONDS, chapter_minutes
     from bertmem.book.wording import compare
     from bertmem.memory.cards import CARDS
-    from bertmem.memory.estimate import model_config, parameter_count
+    from bertmem.memory.estimate import model_work
     from bertmem.profiles import get_profile
 
     gpu, full = get_profile("gpu", env={}), get_profile("full", env={})
-    params = parameter_count(gpu.model_id)
-    t4, l4, a100 = (chapter_minutes(gpu, params, CARDS[c]) for c in MINUTES_CARDS)
-    full_a100 = chapter_minutes(full, params, CARDS["A100"])
+    work = model_work(gpu.model_id)
+    t4, l4, a100 = (chapter_minutes(gpu, CARDS[c]) for c in MINUTES_CARDS)
+    full_a100 = chapter_minutes(full, CARDS["A100"])
     lines = ["| chapter | CPU profile, 2-core CPU (measured) | GPU profile, Colab T4 | GPU profile, L4 "
              "| GPU profile, A100 | full profile, A100 |", "|---|---|---|---|---|---|"]
     totals = [0.0] * 5
@@ -73,12 +73,9 @@ def table() -> str:
         cells = ["—" if cpu is None else f"{cpu:.1f}"] + [approx_minutes(v) for v in values[1:]]
         lines.append(f"| {title(path)} | " + " | ".join(cells) + " |")
     lines.append("| **whole book** | " + f"{totals[0]:.1f} | " + " | ".join(f"≈ {v:.0f}" for v in totals[1:]) + " |")
-    config = model_config(gpu.model_id)
-    # per token, forward: the encoder layers' weight matrices (Q, K, V, output, two feed-forward) and the
-    # attention scores (QK^T and the weighted sum); biases, LayerNorms and the [CLS]-only head are not matmuls
-    hidden, layers = config.hidden_size, config.num_hidden_layers
-    matrices = layers * (4 * hidden * hidden + 2 * hidden * config.intermediate_size)
-    matmul = 2 * matrices + 4 * layers * gpu.max_length * hidden
+    counted, six_n = work.example_flops(gpu.max_length), 6 * work.parameters * gpu.max_length
+    than = compare(six_n / counted, f"{1 - six_n / counted:.0%} less", f"{six_n / counted - 1:.0%} more",
+                   "within a few percent")
     faster = [str(int(k)) if k.isdigit() else k for k in l4 if l4[k] < a100[k]]  # the assumed shares' order
     l4_card, a100_card = CARDS["L4"], CARDS["A100"]
     shares = (f"the same {l4_card.utilisation:.0%} share is" if l4_card.utilisation == a100_card.utilisation
@@ -87,21 +84,21 @@ def table() -> str:
     others = ", ".join(f"{card.name} {card.utilisation:.0%}" for card in timed if not card.measured_tflops)
     measured = ", ".join(f"{p} {v:g} TFLOP/s" for p, v in t4.measured_tflops.items())
     sources = ",".join(f"{card.source}" for card in timed)
-    note = (f"\nMinutes. GPU columns are estimates, not measurements: 6 · parameters · tokens FLOPs per training "
-            f"example and 2 · parameters · tokens per evaluated one {{cite:p}}`kaplan2020scaling`, every example "
-            f"counted at the chapter's full token limit. Training runs at the throughput a BERT-class fine-tune was "
-            f"measured to reach on a T4 ({measured}; {{cite:p}}`{t4.measured_source}`), on the other cards at an "
-            f"assumed share of the dense datasheet peak ({others}; {{cite:p}}`{sources}`); evaluation runs in "
-            f"fp32, as `evaluate` does. Each chapter adds its CPU-side work (imports, estimates, demonstrations, "
-            f"tokenizing: the GPU profile's dry run, measured on a 2-core CPU like Colab's) and "
-            f"{MODEL_LOAD_SECONDS:.0f} s to load bert-base per fine-tune and once for its own measurements. "
-            f"A fresh runtime adds about "
+    note = (f"\nMinutes. GPU columns are estimates, not measurements: each training example costs the model's "
+            f"matrix multiplies, forward and backward, as [chapter 5](05_optimized_loop.ipynb) counts them (with "
+            f"each run's own LoRA adapters or frozen layers, and gradient checkpointing's second forward), and each "
+            f"evaluated one its forward pass's, every example counted at the chapter's full token limit. Training "
+            f"runs at the throughput a BERT-class fine-tune was measured to reach on a T4 ({measured} in that "
+            f"count; {{cite:p}}`{t4.measured_source}`), on the other cards at an assumed share of the dense "
+            f"datasheet peak ({others}; {{cite:p}}`{sources}`); evaluation runs in fp32, as `evaluate` does. "
+            f"Each chapter adds its CPU-side work (imports, estimates, demonstrations, tokenizing: the GPU "
+            f"profile's dry run, measured on a 2-core CPU like Colab's) and {MODEL_LOAD_SECONDS:.0f} s to load "
+            f"bert-base per fine-tune and once for its own measurements. A fresh runtime adds about "
             f"{FIRST_RUN_MINUTES:.0f} minutes once, for the install cell and the downloads. For bert-base at "
-            f"{gpu.max_length} tokens, 6 · parameters counts the embeddings, which do no matrix multiplies, and "
-            f"leaves out the attention scores: it is {abs(2 * params / matmul - 1):.0%} "
-            f"{compare(2 * params / matmul, 'below', 'above', 'within a few percent of')} the "
-            f"matrix-multiply work per token (2 · parameters = {2 * params / 1e6:.1f} MFLOP against "
-            f"{matmul / 1e6:.1f} MFLOP of matrix multiplies in the forward pass).")
+            f"{gpu.max_length} tokens the count is {counted / 1e9:.2f} GFLOP per training example; the often-quoted "
+            f"6 · parameters · tokens {{cite:p}}`kaplan2020scaling` gives {six_n / 1e9:.2f} GFLOP, "
+            f"{than}: "
+            f"it counts the embeddings, which do no matrix multiplies, and leaves out the attention scores.")
     if faster:
         where = f"chapter{'s' * (len(faster) > 1)} {', '.join(faster)}"
         note += (f" Where the L4 comes out faster than the A100 before rounding ({where}), the order is the "

@@ -18,7 +18,8 @@ from bertmem.data.frames import (
     tokenize_frame,
 )
 from bertmem.data.loaders import DataConfig
-from bertmem.experiments.cost import batch_work, epoch_work, matmul_shape
+from bertmem.experiments.cost import batch_work, epoch_work
+from bertmem.model.matmuls import matmul_shape
 from bertmem.experiments.fit import attention_kernel_rule, bucket_for
 from bertmem.loop.config import RunConfig, TrainConfig
 from bertmem.model.loading import MINILM_ID, load_tokenizer

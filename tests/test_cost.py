@@ -16,14 +16,9 @@ from bertmem.book.gpu_measured import (
 )
 from bertmem.book.bench_info import recorded_bench
 from bertmem.experiments.bench import BenchConfig, variant_shape
-from bertmem.experiments.cost import (
-    BatchWork,
-    batch_work,
-    matmul_shape,
-    model_flops_utilisation,
-    peak_method,
-)
+from bertmem.experiments.cost import BatchWork, batch_work, model_flops_utilisation, peak_method
 from bertmem.memory.estimate import parameter_count
+from bertmem.model.matmuls import matmul_shape
 
 TINY = dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, intermediate_size=128, vocab_size=500,
             num_labels=3)
@@ -38,6 +33,75 @@ def test_the_matmul_count_is_what_pytorchs_flop_counter_counts_in_a_training_ste
     with FlopCounterMode(display=False) as counter:
         model(input_ids=ids, attention_mask=mask, labels=torch.tensor([0, 1, 2])).loss.backward()
     assert batch_work(matmul_shape(model), mask).padded_flops == counter.get_total_flops()
+
+
+def test_the_count_covers_modernbert_where_it_runs_padded_batches():
+    """ModernBERT's GLU and alternating local/global attention (a masked window, full products) in transformers 5:
+    the count is what PyTorch counts; with FlashAttention it drops the padding and is refused. Eager attention is
+    the check: with SDPA, ModernBERT always passes a mask, and PyTorch's counter then counts none of the CPU's
+    attention kernel (its total comes to exactly the count without attention)."""
+    attention = "eager"
+    from transformers import ModernBertConfig, ModernBertForSequenceClassification
+
+    torch.manual_seed(0)
+    config = ModernBertConfig(num_hidden_layers=3, hidden_size=64, num_attention_heads=4, intermediate_size=96,
+                              vocab_size=500, pad_token_id=0, bos_token_id=1, eos_token_id=2, cls_token_id=1,
+                              sep_token_id=2, num_labels=3, local_attention=8, global_attn_every_n_layers=3,
+                              attn_implementation=attention)
+    model = ModernBertForSequenceClassification(config).train()
+    ids, mask = torch.randint(5, 500, (3, 16)), torch.ones(3, 16, dtype=torch.long)
+    with FlopCounterMode(display=False) as counter:
+        model(input_ids=ids, attention_mask=mask, labels=torch.tensor([0, 1, 2])).loss.backward()
+    assert batch_work(matmul_shape(model), mask).padded_flops == counter.get_total_flops()
+    model.config._attn_implementation = "flash_attention_2"
+    with pytest.raises(ValueError, match="drops the padding"):
+        matmul_shape(model)
+
+
+@pytest.mark.parametrize("frozen", [1, 2])
+def test_frozen_lower_layers_run_no_backward_below_the_first_trained_one(frozen):
+    """Chapter 8's frozen layers: PyTorch counts no backward below them; the count differs from its total by
+    exactly the first trained layer's Q, K and V input gradients (its input needs none: the stated overcount)."""
+    from bertmem.model.adapters import freeze_lower_layers
+
+    torch.manual_seed(0)
+    model = BertForSequenceClassification(BertConfig(**{**TINY, "num_hidden_layers": 3},
+                                                     attn_implementation="eager")).train()
+    freeze_lower_layers(model, frozen)
+    ids, mask = torch.randint(5, 500, (3, 16)), torch.ones(3, 16, dtype=torch.long)
+    with FlopCounterMode(display=False) as counter:
+        model(input_ids=ids, attention_mask=mask, labels=torch.tensor([0, 1, 2])).loss.backward()
+    shape = matmul_shape(model)
+    assert shape.frozen_below == frozen and shape.frozen_below_per_token == frozen * shape.per_token // 3
+    hidden, tokens = TINY["hidden_size"], 3 * 16
+    assert batch_work(shape, mask).padded_flops - counter.get_total_flops() == 2 * 3 * hidden**2 * tokens
+
+
+def test_checkpointing_recomputes_only_the_layers_a_gradient_reaches():
+    from bertmem.model.adapters import freeze_lower_layers
+
+    model = BertForSequenceClassification(BertConfig(**{**TINY, "num_hidden_layers": 4}))
+    lengths = torch.tensor([16])
+    whole = matmul_shape(model)
+    assert whole.recompute_flops(lengths) == whole.forward_flops(lengths) - 2 * whole.per_example  # not the head
+    freeze_lower_layers(model, 3)
+    frozen = matmul_shape(model)
+    assert frozen.recompute_flops(lengths) == pytest.approx(whole.recompute_flops(lengths) / 4)  # one layer of 4
+
+
+def test_a_trained_embedding_projection_keeps_the_backward_running_through_frozen_layers():
+    """ELECTRA's embeddings_project (embedding size below the hidden size) is a Linear outside `embeddings`, which
+    chapter 8's freezing leaves trained: the gradient reaches it through every layer."""
+    from transformers import ElectraConfig, ElectraForSequenceClassification
+
+    from bertmem.model.adapters import freeze_lower_layers
+
+    model = ElectraForSequenceClassification(ElectraConfig(**{**TINY, "embedding_size": 32}))
+    freeze_lower_layers(model, 1)
+    assert model.electra.embeddings_project.weight.requires_grad
+    assert matmul_shape(model).frozen_below == 0
+    model.electra.embeddings_project.requires_grad_(False)
+    assert matmul_shape(model).frozen_below == 1
 
 
 def test_six_n_overstates_bert_bases_matmul_work_at_512_tokens():

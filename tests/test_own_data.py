@@ -16,7 +16,8 @@ from bertmem.data.frames import class_shares, cut_line, cut_report, text_hash
 from bertmem.experiments.report import class_summary, worst_classes
 from bertmem.loop.baseline import Predictions
 from bertmem.memory.cards import CARDS
-from bertmem.memory.speed import epoch_estimate, micro_step_floor_seconds
+from bertmem.memory.estimate import model_work
+from bertmem.memory.speed import ModelWork, epoch_estimate, micro_step_floor_seconds
 from bertmem.model.loading import load_tokenizer, packaged_minilm_path
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
@@ -167,16 +168,32 @@ def test_per_class_scores_the_confusion_and_chance_for_skewed_data():
 
 def test_an_epoch_is_estimated_from_flops_with_a_measured_floor_per_micro_step():
     t4 = CARDS["T4"]
-    big = epoch_estimate(110_000_000, 1000, 512, 8, t4, "fp16")
+    bert = model_work("bert-base-uncased")
+    big = epoch_estimate(bert, 1000, 512, 8, t4, "fp16")
     assert big.bound == "compute" and big.micro_steps == 125
-    assert big.seconds == pytest.approx(125 * 6 * 110e6 * 8 * 512 / 12.2e12)
-    assert "estimated" in big.line() and "published rate" in big.line()
-    small = epoch_estimate(22_000_000, 1000, 40, 8, t4, "fp16")
+    flops = bert.shape.training_flops(torch.tensor([512]))  # the bench's matmul count, one example
+    assert big.seconds == pytest.approx(125 * 8 * flops / (t4.measured_tflops["fp16"] * 1e12))
+    assert "estimated" in big.line() and "published rate" in big.line() and "matmul FLOPs" in big.line()
+    small = epoch_estimate(ModelWork(22_000_000), 1000, 40, 8, t4, "fp16")  # uncounted: 6 · parameters · tokens
     assert small.bound == "per-step floor" and small.seconds == pytest.approx(125 * micro_step_floor_seconds())
+    assert "6 · parameters · tokens" in small.line()
     # the floor makes 8 × 4 slower than 32 × 1 for the same examples when steps are launch-bound
-    assert epoch_estimate(22_000_000, 1024, 40, 8, t4, "fp16").seconds > \
-        epoch_estimate(22_000_000, 1024, 40, 32, t4, "fp16").seconds
+    assert epoch_estimate(ModelWork(22_000_000), 1024, 40, 8, t4, "fp16").seconds > \
+        epoch_estimate(ModelWork(22_000_000), 1024, 40, 32, t4, "fp16").seconds
     assert 0.01 < micro_step_floor_seconds() < 0.1  # A3's measured tens of milliseconds
+    # LoRA trains few weights and frozen layers run no backward: fewer FLOPs per example, a shorter epoch
+    lora = epoch_estimate(model_work("bert-base-uncased", lora_r=8), 1000, 512, 8, t4, "fp16")
+    frozen = epoch_estimate(model_work("bert-base-uncased", freeze_layers=6), 1000, 512, 8, t4, "fp16")
+    assert lora.seconds < big.seconds and frozen.seconds < big.seconds
+    # gradient checkpointing runs the layers' forward again (not the head's): about 4/3 for a full fine-tune, more
+    # for LoRA, whose backward is cheaper
+    lengths = torch.tensor([512], dtype=torch.float64)
+    again = epoch_estimate(bert, 1000, 512, 8, t4, "fp16", checkpointing=True)
+    assert again.seconds == pytest.approx(125 * 8 * (flops + bert.shape.recompute_flops(lengths))
+                                          / (t4.measured_tflops["fp16"] * 1e12))
+    lora_again = epoch_estimate(model_work("bert-base-uncased", lora_r=8), 1000, 512, 8, t4, "fp16",
+                                checkpointing=True)
+    assert lora_again.seconds / lora.seconds > again.seconds / big.seconds  # a larger share for LoRA
 
 
 def plan_json(capsys, *argv) -> dict:

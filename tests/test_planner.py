@@ -5,11 +5,12 @@ import math
 from pathlib import Path
 
 import pytest
+import torch
 
 from bertmem.cli import main
 from bertmem.core.units import GIB
 from bertmem.memory.cards import CARDS, parse_memory
-from bertmem.memory.estimate import parameter_count
+from bertmem.memory.estimate import model_work
 from bertmem.memory.planner import PlanRequest, estimate_for, plan_micro_batch, planner_vs_measured, split_advice
 from bertmem.memory.speed import EpochRequest, book_length_counts, book_tokens_per_example, micro_step_floor_seconds
 from bertmem.model.loading import classifier_from_config, tiny_bert_config
@@ -191,8 +192,10 @@ def test_bertmem_plan_estimates_an_epoch_on_a_named_card_from_the_books_data_or_
     plan = json.loads(capsys.readouterr().out)
     epoch = plan["epoch"]
     assert epoch["examples"] == 25_000 and epoch["tokens_per_example"] == book_tokens_per_example(256)
-    per_step = max(6 * parameter_count("bert-base-uncased") * plan["micro_batch"] * epoch["tokens_per_example"]
-                   / (CARDS["T4"].training_tflops("fp16") * 1e12), micro_step_floor_seconds())
+    shape = model_work("bert-base-uncased").shape  # the bench's matmul count, one example at the mean length
+    flops = shape.training_flops(torch.tensor([epoch["tokens_per_example"]], dtype=torch.float64))
+    per_step = max(plan["micro_batch"] * flops / (CARDS["T4"].training_tflops("fp16") * 1e12),
+                   micro_step_floor_seconds())
     assert epoch["seconds"] == pytest.approx(math.ceil(25_000 / plan["micro_batch"]) * per_step, rel=1e-12)
     assert epoch["line"].startswith("about ") and "on a Colab T4 (estimated: " in epoch["line"]
     # the reader's data: half the examples, a third of the tokens

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 from collections import Counter
 from dataclasses import replace
 
@@ -73,8 +74,11 @@ def test_the_planner_is_within_ten_percent_of_published_runs_and_its_margin_is_t
 def test_the_time_model_against_published_throughputs():
     table = throughput_comparison()
     assert len(table) >= 5
-    fp16 = [r["model / published"] for r in table if r["step"].endswith("fp16") and int(r["step"].split()[1]
-                                                                                         .split("×")[0]) >= 10]
-    assert all(0.75 <= ratio <= 1.15 for ratio in fp16), fp16  # large-batch fp16 runs: near the 30 % assumed
+    fp16 = [r["published share of peak"] for r in table if r["step"].endswith("fp16")
+            and int(r["step"].split()[1].split("×")[0]) >= 10]
+    # large-batch fp16 runs reach a fifth to two fifths of the datasheet peak in the matmul count: around the 30 %
+    # the cards without a measurement assume
+    assert len(fp16) >= 5 and all(0.2 <= share <= 0.4 for share in fp16), fp16
+    assert 0.25 <= statistics.median(fp16) <= 0.35, fp16
     t4 = {r["step"]: r["model / published"] for r in table if r["source"] == "GACT-ICML-T4"}
     assert len(t4) == 5 and all(0.85 <= ratio <= 1.15 for ratio in t4.values()), t4  # the chapters' T4 fp32 rate

@@ -14,10 +14,10 @@ from bertmem.book.fit_page import LINES_KEYS, read_page_data
 from bertmem.cli import main
 from bertmem.core.units import GIB
 from bertmem.memory.cards import card_named
-from bertmem.memory.estimate import parameter_count
+from bertmem.memory.estimate import model_work
 from bertmem.memory.planner import PlanRequest, plan_epoch, plan_micro_batch
 from bertmem.memory.speed import EpochRequest
-from bertmem.memory.stored import StoredStep, stored_lines, stored_step
+from bertmem.memory.stored import StoredStep, stored_lines, stored_step, stored_work
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -29,7 +29,7 @@ def request(**change) -> PlanRequest:
 
 def comparable(plan) -> dict:
     """A plan without what says where its numbers came from."""
-    return {k: v for k, v in dataclasses.asdict(plan).items() if k not in ("estimated_from", "parameters")}
+    return {k: v for k, v in dataclasses.asdict(plan).items() if k not in ("estimated_from", "work")}
 
 
 # choices the lines cover: full, LoRA ranks on a step and off it, frozen layers (the top one is stored apart),
@@ -84,6 +84,32 @@ def test_each_stored_peak_is_the_estimates_to_the_byte(change, batches):
         assert step.peak(batch).peak_phase == fresh.peak_phase, batch
 
 
+@pytest.mark.slow
+def test_the_stored_work_of_every_member_is_the_matmul_count_made_now():
+    """Every model the page holds, full, each LoRA rank and each number of frozen layers: the lines' work per
+    example is `model_work` (DeBERTa-v3 uncounted: None, 6 · parameters · tokens)."""
+    lines = stored_lines()
+    work = lines["work"]
+    for model in lines["models"]:
+        m = model["id"]
+        assert stored_work(work, m, "full", 0) == model_work(m), m
+        for rank in lines["lora_ranks"]:
+            assert stored_work(work, m, "lora", rank) == model_work(m, lora_r=rank), (m, rank)
+        for frozen in range(1, model["layers"]):
+            assert stored_work(work, m, "freeze", frozen) == model_work(m, freeze_layers=frozen), (m, frozen)
+    assert work["models"]["microsoft/deberta-v3-base"]["full"] is None
+
+
+def test_the_time_is_read_off_the_stored_work_an_edit_of_it_changes_it(monkeypatch):
+    card, asked = card_named("t4"), request(max_length=512)
+    before = plan_epoch(plan_micro_batch(asked), card, EpochRequest())[0]
+    edited = copy.deepcopy(stored_lines())
+    edited["work"]["models"]["google-bert/bert-base-uncased"]["full"][0] *= 2  # twice the weights per token
+    monkeypatch.setattr(stored, "stored_lines", lambda: edited)
+    after = plan_epoch(plan_micro_batch(asked), card, EpochRequest())[0]
+    assert after["seconds"] > 1.5 * before["seconds"]
+
+
 @pytest.mark.parametrize("change, why", [
     (dict(max_length=200), "200 tokens"), (dict(optimizer="sgd"), "the optimizer sgd"),
     (dict(lora_r=12), "LoRA rank 12"), (dict(freeze_layers=12), "12 frozen layers"),
@@ -102,7 +128,7 @@ def test_an_uncovered_plan_is_estimated_afresh_and_says_why(monkeypatch):
     assert calls and plan.estimated_from.endswith("(no stored lines for 200 tokens)")
     calls.clear()
     covered = plan_micro_batch(request(model_id="distilbert/distilbert-base-uncased", max_length=256))
-    assert not calls and covered.parameters == parameter_count("distilbert/distilbert-base-uncased")
+    assert not calls and covered.work == model_work("distilbert/distilbert-base-uncased")
     assert f"\nestimated from {covered.estimated_from}\n" in covered.describe()
     assert "time:" not in covered.describe()  # no time was asked for (plan_epoch): no line says "None"
 
@@ -129,7 +155,8 @@ def test_the_package_holds_the_pages_lines():
 def test_the_command_says_where_its_answer_comes_from(capsys):
     assert main(["plan", "--model", "roberta-base", "--max-length", "256", "--json"]) == 0
     plan = json.loads(capsys.readouterr().out)
-    assert plan["estimated_from"].startswith("the stored lines") and plan["parameters"] > 10**8
+    assert plan["estimated_from"].startswith("the stored lines") and plan["work"]["parameters"] > 10**8
+    assert plan["work"]["shape"]["per_token"] == model_work("roberta-base").shape.per_token
     assert plan["epoch"]["seconds"] > 0
 
 
@@ -155,7 +182,7 @@ def test_the_command_estimates_afresh_when_asked(capsys, monkeypatch):
     assert main(["plan", "--max-length", "128", "--fresh", "--json"]) == 0
     plan = json.loads(capsys.readouterr().out)
     assert calls and plan["estimated_from"].endswith("(asked for with --fresh)")
-    assert plan["parameters"] is None and plan["epoch"]["seconds"] > 0  # counted for the time, not kept
+    assert plan["work"] is None and plan["epoch"]["seconds"] > 0  # counted for the time, not kept
 
 
 def test_a_machine_with_other_versions_is_told_so(monkeypatch):

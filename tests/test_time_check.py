@@ -8,7 +8,7 @@ from pathlib import Path
 
 from bertmem.book.time_check import measured_epochs, published_epochs, time_check
 from bertmem.memory.cards import CARDS
-from bertmem.memory.estimate import parameter_count
+from bertmem.memory.estimate import model_work
 from bertmem.memory.speed import epoch_estimate
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -22,13 +22,13 @@ def test_every_held_run_has_an_estimate_for_its_own_card_and_shape():
 
 
 def test_the_t4_row_its_rate_came_from_agrees_by_construction_and_a3_is_estimated_as_plan_would():
-    """CARDS['T4']'s fp32 rate is 6 · parameters · tokens of GACT's bert-base 8 × 128 row: the check of that
+    """CARDS['T4']'s fp32 rate is the matmul count of GACT's bert-base 8 × 128 row: the check of that
     row must come to 1; A3's fp32 row is the estimate `bertmem plan` makes for its shape on an H200."""
     row = next(r for r in published_epochs() if r["card"] == "Colab T4" and r["step"] == "bert-base 8 × 128, fp32")
     assert abs(row["estimated / measured"] - 1) < 0.01
     a3 = measured_epochs()
     fp32 = next(r for r in a3 if r["step"].startswith("fp32 baseline"))
-    alone = epoch_estimate(parameter_count("bert-base-uncased"), 1024, 512, 32, CARDS["H200"], "fp32").seconds
+    alone = epoch_estimate(model_work("bert-base-uncased"), 1024, 512, 32, CARDS["H200"], "fp32").seconds
     assert fp32["estimated (s)"] == alone  # A3's epoch: 1,024 reviews padded to 512 tokens
     assert fp32["bound"] == "compute" and any(r["bound"] == "per-step floor" for r in a3)
 

@@ -203,8 +203,37 @@
     return tokens / examples;
   }
 
+  // What one training example of `tokens` tokens costs the chosen model and member, as the time estimate counts
+  // it (bertmem.memory.speed.ModelWork.example_flops): its matrix multiplies (chapter 5's count,
+  // bertmem.model.matmuls.MatmulShape), forward and backward, and with gradient checkpointing the forward of
+  // the layers backward reaches once more; or 6 · parameters · tokens where the count does not cover the model (its row is null). The data name
+  // each row's numbers (work.fields).
+  function workOf(choice) {
+    const work = data().work;
+    const entry = work.models[choice.model];
+    const row = choice.adaptation === "full" ? entry.full : entry[choice.adaptation][String(member(choice))];
+    const w = row === null ? null : Object.fromEntries(work.fields.map((name, i) => [name, row[i]]));
+    return {
+      counted: w !== null,
+      flops(tokens, checkpointing) {
+        const p = entry.parameters;
+        if (w === null) return 6.0 * p * tokens + (checkpointing ? 2.0 * p * tokens : 0.0);
+        const linear = 2 * w.per_token * tokens + 2 * w.per_example; // forward: 2 FLOPs per weight and token
+        const attention = 4 * entry.hidden * (tokens * tokens); // forward, per layer: QKᵀ and AV
+        const weightGradients = 2 * w.per_token_trained * tokens + 2 * w.per_example_trained;
+        // backward down to the lowest layer a gradient reaches; attention's products: twice their forward
+        const inputGradients = 2 * (w.per_token - w.frozen_below_per_token) * tokens + 2 * w.per_example;
+        const through = entry.layers - w.frozen_below;
+        const training = linear + inputGradients + weightGradients + attention * (entry.layers + 2 * through);
+        // checkpointing runs the forward of the layers backward reaches once more (recompute_flops)
+        const recompute = 2 * (w.per_token - w.frozen_below_per_token) * tokens + attention * through;
+        return checkpointing ? training + recompute : training;
+      },
+    };
+  }
+
   // The estimated time per epoch, as `bertmem plan` prints it (bertmem.memory.speed.epoch_estimate): each
-  // micro-step the larger of its 6 · parameters · tokens over the card's training rate and A3's measured floor.
+  // micro-step the larger of its matmul FLOPs over the card's training rate and A3's measured floor.
   // null for a card typed as a size (its speed is unknown) or a plan that does not fit.
   function epochEstimate(choice, result) {
     const card = result.fits ? cardFor(choice) : null;
@@ -214,15 +243,16 @@
     if (!rate) return null; // a precision the card has no rate for (bf16 on a T4)
     const tokens = choice.tokens === null ? bookTokens(choice.length) : choice.tokens;
     const steps = Math.ceil(choice.examples / result.micro_batch);
-    const recompute = choice.checkpointing ? 4 / 3 : 1.0;
-    const compute = 6.0 * modelOf(choice.model).parameters * (result.micro_batch * tokens) * recompute
-      / (rate.tflops * 1e12);
+    const work = workOf(choice);
+    const compute = result.micro_batch * work.flops(tokens, choice.checkpointing) / (rate.tflops * 1e12);
     const floor = d.epoch.floor_s;
     const perStep = Math.max(compute, floor);
     const seconds = steps * perStep;
     const source = rate.tflops.toFixed(1) + " TFLOP/s, " + (rate.measured ? "a BERT fine-tune's published rate on it"
       : (100 * card.utilisation).toFixed(0) + "% of its datasheet peak (assumed)");
-    const basis = "6 · parameters · tokens at " + source + "; no micro-step under A3's " + (1000 * floor).toFixed(0)
+    const counted = work.counted ? "matmul FLOPs as chapter 5 counts them"
+      : "6 · parameters · tokens (the matmul count does not cover this model)";
+    const basis = counted + " at " + source + "; no micro-step under A3's " + (1000 * floor).toFixed(0)
       + " ms, measured for bert-base at micro-batch 8 on an H200";
     const minutes = seconds / 60;
     const took = minutes >= 1 ? "about " + minutes.toFixed(0) + " min"
@@ -553,7 +583,8 @@
     $("answer").hidden = false;
   }
 
-  window.BertmemFit = { answer, alternatives, current, commands, parseMemory, epochEstimate, bookTokens, expand };
+  window.BertmemFit = { answer, alternatives, current, commands, parseMemory, epochEstimate, bookTokens, expand,
+    workOf };
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start);
   else start();
 })();

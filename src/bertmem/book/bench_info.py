@@ -6,28 +6,18 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bertmem.book.chapters import Run, run_seconds
+from bertmem.book.chapters import bench_runs, run_seconds, run_work
 from bertmem.book.plots import markdown_table
-from bertmem.experiments.bench import CHAIN_OF, BenchConfig, variant_settings
+from bertmem.experiments.bench import BenchConfig
 from bertmem.memory.cards import CARDS, card_for
-from bertmem.memory.estimate import parameter_count
 
 
 def estimated_minutes(bench: BenchConfig, card=None) -> float:
-    """About how long the bench takes on a GPU (a T4 unless `card`): every variant once per seed (chapter 5).
-
-    Each variant is costed in its own precision (the first two in fp32) and with its recomputation (4/3 of the
-    forward work under gradient checkpointing), as `bertmem.book.chapters.chapter_runs` costs chapter 5.
-    """
-
-    params, seconds = parameter_count(bench.model_id), 0.0
-    for variant in bench.variants:
-        # the planned micro-batch splits the full recipe's work differently, the FLOPs are the same
-        _, data, recipe = variant_settings(bench, CHAIN_OF.get(variant, variant))
-        run = Run(data, recipe.precision, epochs=bench.epochs, repeats=len(bench.seeds),
-                  recompute=4 / 3 if recipe.gradient_checkpointing else 1.0)
-        seconds += run_seconds(run, params, card or CARDS["T4"])
-    return seconds / 60
+    """About how long the bench takes on a GPU (a T4 unless `card`): every variant once per seed, each in its own
+    precision, with its checkpointing and its own matmul count (LoRA's adapters), as the chapter's minutes count
+    it (`bertmem.book.chapters.bench_runs`) (chapter 5)."""
+    card = card or CARDS["T4"]
+    return sum(run_seconds(run, run_work(run, bench.model_id), card) for run in bench_runs(bench)) / 60
 
 
 # The longest a Colab runtime lasts, for free users: "at most 12 hours" (https://research.google.com/colaboratory/faq.html)

@@ -1,15 +1,16 @@
 """What each chapter trains, and about how long that takes on a GPU, from a FLOP count (setup cells, intro).
 
 Each chapter that fine-tunes takes its data and recipe from `chapter_settings`; `chapter_minutes` counts its runs:
-training costs 6 · parameters · tokens FLOPs and evaluation 2 · parameters · tokens (Kaplan et al., 2020). Training
+training costs the matmul FLOPs of each run's model with its own levers (`bertmem.memory.estimate.model_work`:
+LoRA's adapters, frozen layers; gradient checkpointing's second forward) and evaluation its forward pass's. Training
 runs at the throughput a BERT-class fine-tune was measured to reach on the card in the precision used (published
 measurements, where there are any; else an assumed share of the datasheet peak); evaluation runs in fp32, as
 `evaluate` does. Each chapter also pays for its CPU-side work (imports, estimates, demonstrations, tokenizing: the
 GPU profile's dry run, measured) and for loading bert-base once per fine-tune. Tokens are counted at the full
-`max_length` (every review padded to the limit). The first run on a fresh runtime adds the install and the
-downloads (`FIRST_RUN_MINUTES`). It is an estimate, never a measurement: the pages say so. Beside it, a setup cell
-on a CPU prints the chapter's minutes under the CPU profile as recorded when the book was last executed
-(recorded/cpu-profile-minutes.json, written by scripts/sync_chapter_minutes.py)."""
+`max_length` (every review padded to the limit). The first run on a fresh runtime adds the install and the downloads
+(`FIRST_RUN_MINUTES`). It is an estimate, never a measurement: the pages say so. Beside it, a setup cell on a CPU
+prints the chapter's minutes under the CPU profile as recorded when the book was last executed (recorded/cpu-
+profile-minutes.json, written by scripts/sync_chapter_minutes.py)."""
 
 from __future__ import annotations
 
@@ -22,10 +23,12 @@ import torch
 
 from bertmem.core.devices import device_capability, device_name, on_cuda
 from bertmem.data.loaders import DataConfig
-from bertmem.experiments.bench import BenchConfig
+from bertmem.experiments.bench import CHAIN_OF, BenchConfig, variant_settings
+from bertmem.experiments.levers import lever_recipes
 from bertmem.loop.config import TrainConfig
 from bertmem.memory.cards import CARDS, Card, card_for
-from bertmem.memory.estimate import parameter_count
+from bertmem.memory.estimate import model_config, model_work
+from bertmem.memory.speed import ModelWork
 from bertmem.profiles import ENV_PREFIX, Profile, get_profile
 
 # Loading bert-base (440 MB of weights) from the local cache and moving it to the GPU, once per fine-tune; an
@@ -147,14 +150,41 @@ MINUTES_CARDS = ("T4", "L4", "A100")
 
 @dataclass(frozen=True)
 class Run:
-    """One fine-tune of a chapter: its data, precision, epochs, and how many times it runs (seeds, variants)."""
+    """One fine-tune of a chapter: its data, precision, epochs, how many times it runs (seeds, variants), and
+    what its matmul count depends on: gradient checkpointing, LoRA's rank, frozen layers, another model."""
 
     data: DataConfig
     precision: str = "fp32"
     epochs: int = 1
     repeats: int = 1
     evaluations: int | None = None  # passes over the evaluation set per run; None: one per epoch
-    recompute: float = 1.0  # 4/3 with gradient checkpointing (the forward runs twice)
+    checkpointing: bool = False  # the forward runs again in backward
+    lora_r: int | None = None
+    freeze_layers: int = 0
+    model_id: str | None = None  # None: the profile's model
+
+
+def recipe_run(data: DataConfig, recipe: TrainConfig, repeats: int = 1) -> Run:
+    """A fine-tune of `recipe` on `data`, as the minutes count it (chapters 5 and 8)."""
+    return Run(data, recipe.precision, epochs=recipe.epochs, repeats=repeats,
+               checkpointing=recipe.gradient_checkpointing, lora_r=recipe.lora_r, freeze_layers=recipe.freeze_layers)
+
+
+def bench_runs(bench: BenchConfig) -> list[Run]:
+    """Chapter 5's bench as runs: every variant once per seed, in its own precision, checkpointing and levers
+    (the planned micro-batch splits the full recipe's work differently; its FLOPs are the same)."""
+    return [recipe_run(*variant_settings(bench, CHAIN_OF.get(variant, variant))[1:], repeats=len(bench.seeds))
+            for variant in bench.variants]
+
+
+def lever_runs(settings: ChapterSettings, model_id: str) -> list[Run]:
+    """Chapter 8's runs: every lever once per seed, and LoRA once more at the full fine-tuning rate (its failure
+    mode)."""
+    data, recipe, seeds = settings
+    recipes = lever_recipes(recipe, model_config(model_id).num_hidden_layers)
+    lora = next(r for r in recipes.values() if r.lora_r)
+    return ([recipe_run(data, r, repeats=len(seeds)) for r in recipes.values()]
+            + [recipe_run(data, dataclasses.replace(lora, learning_rate=recipe.learning_rate))])
 
 
 # The settings each chapter's runs read (`chapter_settings` keys); chapters 1, 2 and 7 read a few dozen examples of
@@ -174,23 +204,19 @@ def chapter_runs(profile: Profile) -> dict[str, list[Run]]:
         "01": [], "02": [], "05b": [],  # 05b: a tiny random BERT and a command-line smoke test
         "03": [Run(data["03"], "fp32"), Run(data["03"], "auto")],
         "04": [Run(data["04"], precision["04"], epochs=profile.epochs, repeats=3 * rounds["04"])],  # three α
-        # the bench's variants: two fp32; mixed, full recipe and its planned micro-batch; checkpointing and the
-        # smallest footprint (checkpointed too)
-        "05": [Run(data["05"], "fp32", repeats=2 * rounds["05"]), Run(data["05"], "auto", repeats=3 * rounds["05"]),
-               Run(data["05"], "auto", repeats=2 * rounds["05"], recompute=4 / 3)],
+        "05": bench_runs(chapter_bench(settings["05"], profile)),
         "06": [Run(data["06-warmup"], precision["06-warmup"], epochs=2, repeats=2),
                Run(data["06-truncation"], precision["06-truncation"], repeats=2)],
         "07": [], "A1": [], "A3": [],  # A3 reads a recorded GPU run and times one step
-        # five levers per seed, and LoRA once more at the full fine-tuning rate (its failure mode)
-        "08": [Run(data["08"], precision["08"], repeats=5 * rounds["08"] + 1)],
+        "08": lever_runs(settings["08"], profile.model_id),
         # three cuts per seed; then each seed's head model (already loaded) reads the long test reviews in
         # windows (about three windows of 512 per review longer than 512 tokens: three more evaluations each)
         # and a third as many held-out long reviews for its attention scorer (one more)
         "09": [Run(data["09"], precision["09"], repeats=3 * rounds["09"]),
                Run(data["09"], precision["09"], epochs=0, evaluations=4 * rounds["09"])]
-        # the long-context encoder: one seed at twice the window (counted with bert-base's parameters)
-        + ([Run(dataclasses.replace(data["09"], max_length=2 * data["09"].max_length), precision["09"])]
-           if profile.long_model_id else []),
+        # the long-context encoder: one seed at twice the window
+        + ([Run(dataclasses.replace(data["09"], max_length=2 * data["09"].max_length), precision["09"],
+                model_id=profile.long_model_id)] if profile.long_model_id else []),
     }
 
 
@@ -200,10 +226,16 @@ def _dataset_rows(name: str, split_size: int | None, evaluation: bool = False) -
     return split_size if split_size is not None else whole.get(name, (25_000, 25_000))[evaluation]
 
 
-def run_seconds(run: Run, num_params: int, card: Card, utilisation: float | None = None) -> float:
-    """FLOPs of one Run (training 6PT at its precision, evaluation 2PT in fp32, all repeats) over the card's rate.
+def run_work(run: Run, model_id: str) -> ModelWork:
+    """What one training example of a run costs: its model's matmul count (`model_id` unless the run names
+    another) with its LoRA adapters or frozen layers (intro, setup cells)."""
+    return model_work(run.model_id or model_id, run.lora_r, run.freeze_layers)
 
-    `utilisation` replaces the card's measured or assumed rates by that share of the datasheet peaks.
+
+def run_seconds(run: Run, work: ModelWork, card: Card, utilisation: float | None = None) -> float:
+    """FLOPs of one Run (training's matmul count at its precision, evaluation's forward in fp32, all repeats) over
+    the card's rate. `utilisation` replaces the card's measured or assumed rates by that share of the datasheet
+    peaks.
     """
     precision = run.precision
     def rate(p: str) -> float:
@@ -211,11 +243,10 @@ def run_seconds(run: Run, num_params: int, card: Card, utilisation: float | None
 
     evaluations = run.epochs if run.evaluations is None else run.evaluations  # train() evaluates every epoch
     data = run.data
-    train_tokens = _dataset_rows(data.dataset, data.train_size) * data.max_length * run.epochs
-    eval_tokens = (_dataset_rows(data.dataset, data.eval_size, evaluation=True) * data.max_length
-                   * evaluations)
-    train_seconds = 6 * num_params * train_tokens * run.recompute / rate(precision)
-    eval_seconds = 2 * num_params * eval_tokens / rate("fp32")  # evaluate() runs without autocast
+    train_examples = _dataset_rows(data.dataset, data.train_size) * run.epochs
+    eval_examples = _dataset_rows(data.dataset, data.eval_size, evaluation=True) * evaluations
+    train_seconds = train_examples * work.example_flops(data.max_length, run.checkpointing) / rate(precision)
+    eval_seconds = eval_examples * work.example_forward_flops(data.max_length) / rate("fp32")  # no autocast
     return run.repeats * (train_seconds + eval_seconds + MODEL_LOAD_SECONDS)
 
 
@@ -227,13 +258,12 @@ def cpu_work_minutes() -> dict[str, float]:
     return {chapter: seconds / 60 for chapter, seconds in recorded["seconds"].items()}
 
 
-def chapter_minutes(profile: Profile, num_params: int, card: Card, utilisation: float | None = None
-                    ) -> dict[str, float]:
-    """Estimated minutes per chapter: its fine-tunes (FLOPs and a model load each), its CPU-side work and one
-    more model load for its own setup and measurements (intro, setup cells)."""
+def chapter_minutes(profile: Profile, card: Card, utilisation: float | None = None) -> dict[str, float]:
+    """Estimated minutes per chapter: its fine-tunes (FLOPs of each run's own model and levers, and a model load
+    each), its CPU-side work and one more model load for its own setup and measurements (intro, setup cells)."""
     cpu = cpu_work_minutes()
     return {chapter: cpu.get(chapter, 1.0) + MODEL_LOAD_SECONDS / 60
-            + sum(run_seconds(r, num_params, card, utilisation) for r in runs) / 60
+            + sum(run_seconds(r, run_work(r, profile.model_id), card, utilisation) for r in runs) / 60
             for chapter, runs in chapter_runs(profile).items()}
 
 
@@ -262,7 +292,7 @@ def data_line(chapter: str, profile: Profile) -> str:
 
 def estimate_phrase(chapter: str, profile: Profile, card: Card) -> str:
     """'about 4 min, estimated from …': a chapter's minutes on a card under a profile (setup cells)."""
-    minutes = chapter_minutes(profile, parameter_count(profile.model_id), card)[chapter]
+    minutes = chapter_minutes(profile, card)[chapter]
     basis = ("a BERT fine-tune's published throughput on it" if card.measured_tflops
              else f"{card.utilisation:.0%} of the datasheet peak")
     length = f"about {minutes:.0f} min" if minutes >= 0.5 else "under a minute"

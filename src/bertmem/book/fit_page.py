@@ -30,11 +30,19 @@ from bertmem.memory.cards import CARDS
 from bertmem.book.gpu_measured import calibration, recorded_gpu_run
 from bertmem.book.published import comparison, published_rows
 from bertmem.book.time_check import time_check_summary
-from bertmem.memory.estimate import estimate_step_memory, model_config, parameter_count
+from bertmem.memory.estimate import estimate_step_memory, model_config, model_work, parameter_count
 from bertmem.memory.measure import MemoryReport
 from bertmem.memory.planner import ALLOCATOR_MARGIN, PlanRequest
 from bertmem.memory.speed import BOOK_EXAMPLES, book_length_counts, micro_step_floor_seconds
-from bertmem.memory.stored import NotAffine, estimator_versions, expand, lines_key, zip_numbers
+from bertmem.memory.stored import (
+    WORK_FIELDS,
+    NotAffine,
+    estimator_versions,
+    expand,
+    lines_key,
+    work_row,
+    zip_numbers,
+)
 from bertmem.memory.timeline import PHASES
 from bertmem.model.adapters import LORA_RANK
 from bertmem.model.known import KNOWN_MODELS, attention_kernels, usable_positions
@@ -424,6 +432,19 @@ def page_data(models: Iterable[str] = tuple(KNOWN_MODELS), lengths: Iterable[int
     }
 
 
+def work_entry(model_id: str) -> dict[str, Any]:
+    """What a training example costs the model and each member of its families, as the time estimate counts it
+    (`bertmem.memory.estimate.model_work`): its matmul shape per member (`WORK_FIELDS`), None where the count does
+    not cover it, with the parameters for 6 · parameters · tokens then (`bertmem.memory.stored.stored_work`)."""
+    full = model_work(model_id)
+    config = model_config(model_id)
+    return {"parameters": full.parameters, "layers": config.num_hidden_layers, "hidden": config.hidden_size,
+            "full": work_row(full),
+            "lora": {str(r): work_row(model_work(model_id, lora_r=r)) for r in adaptation_values(model_id, "lora")},
+            "freeze": {str(k): work_row(model_work(model_id, freeze_layers=k))
+                       for k in adaptation_values(model_id, "freeze")}}
+
+
 def card_entry(key: str, card) -> dict[str, Any]:
     """A card as the page holds it: memory, bf16, and the training rate per precision the time estimate divides
     by, with whether it was measured (`Card.training_tflops`, `bertmem.memory.speed.epoch_estimate`)."""
@@ -436,16 +457,17 @@ def card_entry(key: str, card) -> dict[str, Any]:
 
 def page_constants() -> dict[str, Any]:
     """What the page takes from the package besides the estimated lines and what they were made with (the LoRA
-    rank): the planner's constants, the cards and the time estimate's defaults (`scripts/make_fit_page.py
-    --constants-only` refreshes just these)."""
+    rank): the planner's constants, the cards, the time estimate's defaults and each model's work per example
+    (`scripts/make_fit_page.py --constants-only` refreshes just these)."""
     request = PlanRequest()
     return {"margin": request.allocator_margin, "context": request.cuda_context_bytes, "max_batch": MAX_BATCH,
             "cards": [card_entry(key, card) for key, card in CARDS.items() if card.memory_mib],
             "epoch": {"examples": BOOK_EXAMPLES, "floor_s": micro_step_floor_seconds(),
-                      "counts": [list(pair) for pair in book_length_counts()], "checked": time_check_summary()}}
+                      "counts": [list(pair) for pair in book_length_counts()], "checked": time_check_summary()},
+            "work": {"fields": list(WORK_FIELDS), "models": {m: work_entry(m) for m in KNOWN_MODELS}}}
 
 
-LINES_KEYS = ("versions", "max_batch", "lora_rank", "lora_ranks", "lengths", "models", "peaks")  # what the
+LINES_KEYS = ("versions", "max_batch", "lora_rank", "lora_ranks", "lengths", "models", "peaks", "work")  # what the
 # package keeps of the page's data (bertmem/recorded/fit-lines.json): `bertmem plan` answers from it
 
 

@@ -15,7 +15,7 @@ from typing import Iterable
 
 from bertmem.core.units import MIB
 from bertmem.memory.cards import CARDS, CONTEXT_MIB
-from bertmem.memory.estimate import estimate_step_memory, parameter_count
+from bertmem.memory.estimate import estimate_step_memory, model_work
 from bertmem.memory.planner import (
         PlanRequest,  # the planner's own overheads, with the row's context and this margin
     )
@@ -166,13 +166,14 @@ def published_throughput(roles: Iterable[str] = ("compare",)) -> list[dict]:
 
 
 def throughput_comparison(rows: list[dict] | None = None) -> list[dict]:
-    """The time model's sequences/s (6 · parameters · tokens at the rate the chapter minutes use: a card's
-    measured rate where `CARDS` has one, else its assumed share of the peak) against each published
-    throughput, and the share of the datasheet peak the published run reached (chapter 5)."""
+    """The time model's sequences/s (the matmul count, `bertmem.memory.estimate.model_work`, at the rate the
+    chapter minutes use: a card's measured rate where `CARDS` has one, else its assumed share of the peak)
+    against each published throughput, and the share of the datasheet peak the published run reached
+    (chapter 5)."""
 
     table = []
     for row in rows if rows is not None else published_throughput():
-        flops = 6 * parameter_count(row["model"]) * int(row["seq_len"])
+        flops = model_work(row["model"]).example_flops(int(row["seq_len"]))
         card = CARDS[row["card_key"]]
         peak = card.tflops(row["precision"]) * 1e12
         rate = card.training_tflops(row["precision"]) * 1e12

@@ -10,21 +10,21 @@ from typing import Any
 from bertmem.book.gpu_measured import recorded_gpu_run
 from bertmem.book.published import published_throughput
 from bertmem.memory.cards import CARDS, card_for
-from bertmem.memory.estimate import parameter_count
-from bertmem.memory.speed import epoch_estimate, training_flops
+from bertmem.memory.estimate import model_work
+from bertmem.memory.speed import ModelWork, epoch_estimate
 
 BENCH_KEYS = ("bench", "bench, cuDNN attention off")  # A3's two benches of the fp32 baseline and the recipe
 STEPS = 100  # published throughputs are steady rates: an epoch of this many whole micro-steps
 
 
 def _row(source: str, card, step: str, precision: str, micro_batch: int, examples: int, tokens: float,
-         measured_s: float, params: int) -> dict[str, Any]:
-    estimate = epoch_estimate(params, examples, tokens, micro_batch, card, precision)
+         measured_s: float, work: ModelWork) -> dict[str, Any]:
+    estimate = epoch_estimate(work, examples, tokens, micro_batch, card, precision)
     return {"source": source, "card": card.name, "step": step, "estimated (s)": estimate.seconds,
             "measured (s)": measured_s, "estimated / measured": estimate.seconds / measured_s,
             "bound": estimate.bound, "rate (TFLOP/s)": estimate.rate_tflops,
             "rate": "published" if card.rate_measured(precision) else f"{card.utilisation:.0%} of peak",
-            "reached (TFLOP/s, 6PT)": training_flops(params, int(examples * tokens)) / measured_s / 1e12}
+            "reached (TFLOP/s)": examples * work.example_flops(tokens) / measured_s / 1e12}
 
 
 def measured_epochs(run: dict[str, Any] | None = None) -> list[dict[str, Any]]:
@@ -37,13 +37,13 @@ def measured_epochs(run: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     rows = []
     for key in BENCH_KEYS:
         settings = run[key]["settings"]
-        params = parameter_count(settings["model_id"].removesuffix(" (random weights)"))
+        work = model_work(settings["model_id"].removesuffix(" (random weights)"))
         examples = settings["train_size"]
         for row in run[key]["rows"]:
             rows.append(_row(f"A3, {key}", card, f"{row['variant']}, {row['micro-batch']} × "
                              f"{row['padded tokens per epoch'] / examples:.0f} tokens, {row['precision']}",
                              row["precision"], row["micro-batch"], examples,
-                             row["padded tokens per epoch"] / examples, row["time per epoch (s)"], params))
+                             row["padded tokens per epoch"] / examples, row["time per epoch (s)"], work))
     return rows
 
 
@@ -60,7 +60,7 @@ def published_epochs(roles: tuple[str, ...] = ("compare", "other-framework")) ->
         rows.append(_row(f"{row['source']} ({row['framework']})", card,
                          f"{row['model'].removesuffix('-uncased')} {batch} × {length}, {row['precision']}",
                          row["precision"], batch, examples, float(length),
-                         examples / float(row["sequences_per_s"]), parameter_count(row["model"])))
+                         examples / float(row["sequences_per_s"]), model_work(row["model"])))
     return rows
 
 

@@ -31,15 +31,7 @@ from bertmem.data.frames import row_keys
 from bertmem.data.loaders import DataConfig, build_loaders, load_frames
 from bertmem.experiments.compare import Skip, arm_order, fit_arm
 from bertmem.experiments.fit import FitRequest, RunPlan, plan_run
-from bertmem.experiments.cost import (
-    BatchWork,
-    MatmulShape,
-    counted_shape,
-    loader_work,
-    matmul_shape,
-    matmul_tflops,
-    model_flops_utilisation,
-)
+from bertmem.experiments.cost import BatchWork, loader_work, matmul_tflops, model_flops_utilisation
 from bertmem.experiments.run import environment_info
 from bertmem.experiments.stats import compare_accuracies, compare_paired, step_timing, summarize
 from bertmem.loop.combined import prepare_model, train
@@ -49,6 +41,7 @@ from bertmem.memory.cards import DEFAULT_CARD, card_named, parse_memory, with_ar
 from bertmem.memory.estimate import estimate_step_memory, model_config
 from bertmem.memory.measure import measure_step_memory
 from bertmem.memory.planner import PlanRequest
+from bertmem.model.matmuls import MatmulShape, counted_shape, matmul_shape
 from bertmem.model.adapters import LORA_LR_FACTOR, LORA_RANK
 
 # Each variant of the chain is the one before plus one idea; the planned row branches off the full recipe:

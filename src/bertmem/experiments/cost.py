@@ -1,14 +1,6 @@
-"""What a fine-tune costs in FLOPs: the model's matrix multiplies per example, measured matmul throughput and
-model-FLOPs utilisation, padded and useful (chapter 5, A3).
-
-Per example of s tokens the forward pass multiplies every token by the encoder's linear weights (2 FLOPs per
-weight), one token by the pooler's and the head's, and, in each of the L layers, forms QKᵀ and AV (2 · s² · d
-FLOPs each for hidden size d). The backward pass computes the gradient of every product's input (as many FLOPs
-again) and of every trained weight (as many as that weight's forward): a full fine-tune costs three times its
-forward pass, LoRA a little over two. Gradient checkpointing's second forward is not model work and is not
-counted. The often-quoted 6 · parameters · tokens (Kaplan et al., 2020) also counts the embeddings, which do no
-matrix multiply, and leaves out attention's products. The count holds for the BERT-like encoders of
-`COUNTED_TYPES`; other architectures (shared layers, relative-position attention, unpadding) refuse."""
+"""What a fine-tune costs in FLOPs: a batch's and an epoch's matrix multiplies (counted by
+`bertmem.model.matmuls`, which the time estimates use too), measured matmul throughput and model-FLOPs
+utilisation, padded and useful (chapter 5, A3)."""
 
 from __future__ import annotations
 
@@ -19,67 +11,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch import nn
 
 from bertmem.core.devices import synchronize
 from bertmem.data.frames import shape_positions
 from bertmem.loop.precision import DTYPES
+from bertmem.model.matmuls import MatmulShape
 
 PEAK_SIZE = {"cuda": 8192, "cpu": 1024}  # the square matmul that measures a peak, by device type
 PEAK_REPEATS = 3
-
-
-COUNTED_TYPES = ("bert", "roberta", "xlm-roberta", "camembert", "electra", "distilbert")
-
-
-@dataclass(frozen=True)
-class MatmulShape:
-    """The weights a BERT-family classifier multiplies per token and per example, the trained share of each, and
-    its attention's size (chapter 5, A3)."""
-
-    per_token: int  # the encoder's linear weights: every token, padding included, passes through them
-    per_example: int  # the pooler's and the head's: one token per example
-    layers: int
-    hidden: int
-    per_token_trained: int | None = None  # None: every weight trained
-    per_example_trained: int | None = None
-
-    def training_flops(self, lengths: torch.Tensor) -> float:
-        """Forward and backward matmul FLOPs of examples of these `lengths` (tokens each) (chapter 5, A3)."""
-        lengths = lengths.to(torch.float64)
-        token_trained = self.per_token if self.per_token_trained is None else self.per_token_trained
-        example_trained = self.per_example if self.per_example_trained is None else self.per_example_trained
-        linear = 2 * self.per_token * lengths + 2 * self.per_example  # forward: 2 FLOPs per weight and token
-        attention = 4 * self.layers * self.hidden * lengths**2  # forward: QKᵀ and AV, per layer
-        weight_gradients = 2 * token_trained * lengths + 2 * example_trained  # trained weights only
-        # backward: each linear input's gradient costs its forward again (the first layer's input needs none
-        # when the embeddings are frozen, as under LoRA: counted anyway, a slight overcount); each attention
-        # product has two operands to differentiate, twice its forward
-        return float((2 * linear + weight_gradients + 3 * attention).sum())
-
-
-def matmul_shape(model: nn.Module) -> MatmulShape:
-    """Count `model`'s linear weights per token (its encoder) and per example (pooler and head), trained or
-    frozen (chapter 5, A3). Works on a model built on the meta device: only shapes and flags are read."""
-    backbone = model.get_base_model() if hasattr(model, "get_base_model") else model  # a PEFT wrapper
-    config = backbone.config
-    if config.model_type not in COUNTED_TYPES:
-        raise ValueError(f"the matmul count covers BERT-like encoders ({', '.join(COUNTED_TYPES)}), not "
-                         f"{config.model_type!r}: no MFU for this model")
-    encoder = getattr(backbone, "base_model", backbone)
-
-    def weights(modules, trained_only: bool) -> int:
-        return sum(m.weight.numel() for name, m in modules if isinstance(m, nn.Linear)
-                   and (m.weight.requires_grad or not trained_only))
-
-    per_token = [(n, m) for n, m in encoder.named_modules() if "pooler" not in n.split(".")]
-    per_token_ids = {id(m) for _, m in per_token}
-    # PEFT keeps a frozen `original_module` beside the head it trains: only one of the two runs
-    per_example = [(n, m) for n, m in backbone.named_modules()
-                   if id(m) not in per_token_ids and "original_module" not in n.split(".")]
-    return MatmulShape(per_token=weights(per_token, False), per_example=weights(per_example, False),
-                       layers=config.num_hidden_layers, hidden=config.hidden_size,
-                       per_token_trained=weights(per_token, True), per_example_trained=weights(per_example, True))
 
 
 @dataclass(frozen=True)
@@ -118,14 +57,6 @@ def epoch_work(shape: MatmulShape, lengths: Sequence[int], shapes: Counter) -> B
     return BatchWork(padded_tokens=shape_positions(shapes),
                      tokens=int(sum(lengths)), padded_flops=float(padded),
                      useful_flops=shape.training_flops(torch.as_tensor(list(lengths))))
-
-
-def counted_shape(model: nn.Module) -> MatmulShape | None:
-    """The model's matmul shape, or None for an architecture the count does not cover (no MFU for it)."""
-    try:
-        return matmul_shape(model)
-    except ValueError:
-        return None
 
 
 def loader_work(shape: MatmulShape, batches) -> BatchWork:

@@ -19,7 +19,7 @@ from bertmem.data.loaders import DataConfig
 from bertmem.loop.config import RunConfig, TrainConfig
 from bertmem.loop.precision import choose_precision
 from bertmem.memory.cards import Card, card_for, card_named, card_precision, parse_memory, with_article
-from bertmem.memory.estimate import parameter_count
+from bertmem.memory.estimate import model_work
 from bertmem.memory.planner import Plan, PlanRequest, plan_micro_batch
 from bertmem.memory.speed import EpochEstimate, epoch_estimate
 from bertmem.model.adapters import LORA_RANK
@@ -157,9 +157,9 @@ def with_epoch_estimate(plan: RunPlan, run: RunConfig, config: TrainConfig, exam
     """The plan with its estimated time per epoch on its card, from the epoch's tokens with padding (A1)."""
     if plan.card is None:
         return plan
-    recompute = 4 / 3 if config.gradient_checkpointing else 1.0
-    epoch = epoch_estimate(parameter_count(run.model_id), examples, padded_tokens / examples, plan.micro_batch,
-                           plan.card, plan.precision, recompute)
+    work = model_work(run.model_id, config.lora_r, config.freeze_layers)  # LoRA's and frozen layers' own count
+    epoch = epoch_estimate(work, examples, padded_tokens / examples, plan.micro_batch, plan.card, plan.precision,
+                           config.gradient_checkpointing)
     return dataclasses.replace(plan, epoch=epoch)
 
 

@@ -44,7 +44,7 @@ from bertmem.data.frames import (
     token_lengths,
 )
 from bertmem.data.loaders import DataConfig, build_loaders, load_frames
-from bertmem.experiments.cost import counted_shape, epoch_work, run_utilisation
+from bertmem.experiments.cost import epoch_work, run_utilisation
 from bertmem.experiments.fit import (
     FitRequest,
     RunPlan,
@@ -67,6 +67,7 @@ from bertmem.model.adapters import has_lora, merge_lora
 from bertmem.model.chunked import ChunkedClassifier
 from bertmem.model.compiled import check_compile_mode, compilations_since, compile_model
 from bertmem.model.loading import MINILM_ID, classifier_from_config, load_classifier, load_tokenizer, tiny_bert_config
+from bertmem.model.matmuls import counted_shape
 
 
 def run_tokenizer(run: RunConfig):

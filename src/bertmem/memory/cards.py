@@ -73,11 +73,14 @@ class Card:
 # (modal-labs/modal-client#2797). Peaks are dense (no sparsity), 16-bit with fp32 accumulation, as training uses.
 MODAL_TOTALS = "https://github.com/modal-labs/modal-client/pull/2797"
 CARDS = {  # NVIDIA datasheets and whitepapers (references.bib: the `source` of each card)
-    # T4, measured: fp16, 0.30 s per batch of 32 × 128 tokens for ModernBERT-base (149 M parameters) = 6·P·T/t =
-    # 12.2 TFLOP/s (earino2026t4); fp32, 54.8 sequences of 128 tokens per second for bert-base (110 M) at batch 8,
-    # forward and backward = 4.6 TFLOP/s (liu2022gact's speed results).
+    # T4, measured, in matmul FLOPs (`bertmem.model.matmuls`, the count the time estimate divides): fp16, 0.30 s
+    # per batch of 32 × 128 tokens for ModernBERT-base = 32 × 88.0 GFLOP / 0.30 s = 9.39 TFLOP/s (earino2026t4;
+    # counted as padded batches with full attention products, which transformers 5's SDPA and eager ModernBERT
+    # compute at 128 tokens, its window's width: the run's version is not given); fp32, 54.8 sequences of 128
+    # tokens per second for bert-base at batch 8, forward and backward = 54.8 × 67.0 GFLOP = 3.67 TFLOP/s
+    # (liu2022gact's speed results). tests/test_workload.py derives both from the count.
     "T4": Card("Colab T4", 15360, {"fp32": 8.1, "fp16": 65.0}, "nvidia2018t4",
-               measured_tflops={"fp16": 12.2, "fp32": 4.6}, measured_source="earino2026t4,liu2022gact",
+               measured_tflops={"fp16": 9.39, "fp32": 3.67}, measured_source="earino2026t4,liu2022gact",
                memory_source=MODAL_TOTALS),
     "L4": Card("L4", 23034, {"fp32": 30.3, "fp16": 121.0, "bf16": 121.0}, "nvidia2023l4", memory_source=MODAL_TOTALS),
     "A10": Card("A10", 23028, {"fp32": 31.2, "fp16": 125.0, "bf16": 125.0}, "nvidia2021a10",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import warnings
 from pathlib import Path
 from typing import Iterator
@@ -16,8 +17,10 @@ from bertmem.loop.optim import make_optimizer
 from bertmem.loop.precision import PRECISIONS, autocast_context
 from bertmem.memory.analytic import _check_sizes, adamw8bit_state_like, quantization_maps
 from bertmem.memory.measure import MemoryReport, measure_step_memory
+from bertmem.memory.speed import ModelWork
 from bertmem.model.known import attention_kernels, known_config, takes_token_types
 from bertmem.model.loading import classifier_from_config, resolve_model_source
+from bertmem.model.matmuls import counted_shape
 
 
 def model_config(config_or_model_id, num_labels: int = 2):
@@ -42,6 +45,30 @@ def parameter_count(config_or_model_id, num_labels: int = 2) -> int:
     with torch.device("meta"):  # the kernel changes no weight; DeBERTa has eager only
         model = classifier_from_config(config, attention_kernels(config)[-1])
     return sum(p.numel() for p in model.parameters())
+
+
+def model_work(config_or_model_id, lora_r: int | None = None, freeze_layers: int = 0,
+               num_labels: int = 2) -> ModelWork:
+    """What one training example costs the classifier as a run prepares it (LoRA's adapters, frozen layers): its
+    matmul shape, counted on the meta device (nothing allocated), with its parameters for an architecture the
+    count does not cover (the time estimates: `bertmem plan`, the "Will it fit?" page, the chapters' minutes)."""
+    if isinstance(config_or_model_id, str):  # a name: counted once per process (setup cells count ~20 runs)
+        return _named_model_work(config_or_model_id, lora_r, freeze_layers, num_labels)
+    return _count_work(config_or_model_id, lora_r, freeze_layers, num_labels)
+
+
+@functools.lru_cache(maxsize=256)
+def _named_model_work(model_id: str, lora_r: int | None, freeze_layers: int, num_labels: int) -> ModelWork:
+    return _count_work(model_id, lora_r, freeze_layers, num_labels)
+
+
+def _count_work(config_or_model_id, lora_r: int | None, freeze_layers: int, num_labels: int) -> ModelWork:
+    config = model_config(config_or_model_id, num_labels)
+    with torch.device("meta"):  # the kernel changes no weight; ModernBERT's two both run padded batches
+        model = classifier_from_config(config, attention_kernels(config)[-1])
+        parameters = sum(p.numel() for p in model.parameters())  # before LoRA's adapters, as parameter_count
+        prepare_model(model, TrainConfig(lora_r=lora_r, freeze_layers=freeze_layers))
+    return ModelWork(parameters=parameters, shape=counted_shape(model))
 
 
 def _fused_sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):

@@ -27,9 +27,9 @@ from bertmem.memory.cards import (
     card_precision,
     with_article,
 )
-from bertmem.memory.estimate import estimate_step_memory, model_config, parameter_count
+from bertmem.memory.estimate import estimate_step_memory, model_config, model_work
 from bertmem.memory.measure import measure_step_memory
-from bertmem.memory.speed import EpochRequest, book_tokens_per_example, epoch_estimate
+from bertmem.memory.speed import EpochRequest, ModelWork, book_tokens_per_example, epoch_estimate
 from bertmem.memory.stored import StoredStep, estimator_versions, stored_step, versions_text
 from bertmem.model.adapters import LORA_RANK
 from bertmem.model.known import attention_kernels, takes_token_types
@@ -152,8 +152,8 @@ class Plan:
     epoch: dict[str, Any] | None = None  # the estimated time per epoch on the named card (`plan_epoch`)
     no_epoch: str | None = None  # why there is no time estimate, where there is none
     estimated_from: str = ""  # the stored lines, or an estimate made afresh and why (`plan_micro_batch`)
-    parameters: int | None = None  # the model's parameters as the stored lines carry them, for the time estimate
-    #                                (`plan_epoch`); None: counted there, on a model built on the meta device
+    work: ModelWork | None = None  # what a training example costs the model as the stored lines carry it, for
+    #                                the time estimate (`plan_epoch`); None: counted there, on the meta device
 
     def as_dict(self) -> dict[str, Any]:
         """One JSON-ready object (`bertmem plan --json`), with the `bertmem train` command that runs it."""
@@ -347,7 +347,7 @@ def plan_micro_batch(request: PlanRequest, max_batch: int = 1024, fresh: bool = 
                 largest_fitting_batch=largest, estimated_peak_bytes=request.needed_bytes(tensor_peak),
                 memory_bytes=request.memory_bytes, peak_phase=chosen.peak_phase, breakdown=breakdown,
                 request=asdict(request), notes=notes, nearby=split_advice(request.effective_batch, largest),
-                estimated_from=source, parameters=stored.parameters if stored else None)
+                estimated_from=source, work=stored.work if stored else None)
 
 
 SIZE_HAS_NO_SPEED = "a budget given as a size has no known speed: name the card (e.g. --memory t4)"
@@ -367,9 +367,9 @@ def plan_epoch(plan: Plan, card: Card | None, epoch: EpochRequest, no_card: str 
         return None, (f"{with_article(card.name)} has no {r['precision']} rate (its 16-bit format: "
                       f"{card.low_precision()})")
     tokens = epoch.tokens_per_example or book_tokens_per_example(r["max_length"])
-    parameters = plan.parameters or parameter_count(r["model_id"])  # the stored lines carry them
-    estimate = epoch_estimate(parameters, epoch.train_size, tokens, plan.micro_batch, card, r["precision"],
-                              4 / 3 if r["gradient_checkpointing"] else 1.0)
+    work = plan.work or model_work(r["model_id"], r.get("lora_r"), r.get("freeze_layers") or 0)  # or the lines'
+    estimate = epoch_estimate(work, epoch.train_size, tokens, plan.micro_batch, card, r["precision"],
+                              r["gradient_checkpointing"])
     return ({**asdict(estimate), "line": estimate.line(), "examples": epoch.train_size,
              "tokens_per_example": tokens}, None)
 

@@ -1,12 +1,14 @@
 """How long an epoch takes on a card, estimated: FLOPs over the card's training rate, with a floor per
 micro-step (`bertmem train`'s plan, `bertmem plan`; chapters' minutes use the FLOP count alone).
 
-Training costs 6 · parameters · tokens FLOPs (Kaplan et al., 2020) at the rate a BERT fine-tune reaches on the
-card (`Card.training_tflops`: measured where the book has a measurement, else the datasheet peak times an
-assumed utilisation). A FLOP count alone gives 8 × 4 and 32 × 1 the same time, but small micro-batches pay per
-launch: appendix A3 measured a forward and backward pass of bert-base at micro-batch 8 taking 27–34 ms for
-lengths from 82 to 512 tokens on an H200, so no micro-step is estimated faster than the fastest of those. An
-estimate, never a measurement: every line it prints says so."""
+Training costs the model's matrix multiplies (`bertmem.model.matmuls`, the count the bench's MFU divides; for an
+architecture the count does not cover, 6 · parameters · tokens, Kaplan et al., 2020) at the rate a BERT fine-tune
+reaches on the card (`Card.training_tflops`, in the same count: measured where the book has a measurement, else
+the datasheet peak times an assumed utilisation). Every example is taken at the mean length, so attention's
+s² is counted at the mean's square, a little under the mean of the squares. A FLOP count alone gives 8 × 4 and
+32 × 1 the same time, but small micro-batches pay per launch: appendix A3 measured a forward and backward pass of
+bert-base at micro-batch 8 taking 27–34 ms for lengths from 82 to 512 tokens on an H200, so no micro-step is
+estimated faster than the fastest of those. An estimate, never a measurement: every line it prints says so."""
 
 from __future__ import annotations
 
@@ -16,12 +18,46 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib.resources import files
 
+import torch
+
 from bertmem.memory.cards import Card, with_article
+from bertmem.model.matmuls import MatmulShape
 
 
-def training_flops(num_params: int, tokens: int) -> float:
-    """6 · parameters · tokens: one forward and backward pass over `tokens` (Kaplan et al., 2020)."""
+def six_n_flops(num_params: int, tokens: float) -> float:
+    """6 · parameters · tokens: one forward and backward pass over `tokens` (Kaplan et al., 2020), for an
+    architecture the matmul count does not cover."""
     return 6.0 * num_params * tokens
+
+
+@dataclass(frozen=True)
+class ModelWork:
+    """What one training example costs a model, as the time estimate counts it: its matrix multiplies, or
+    6 · parameters · tokens where the count does not cover the architecture (`shape` None)."""
+
+    parameters: int
+    shape: MatmulShape | None = None
+
+    def example_flops(self, tokens: float, checkpointing: bool = False) -> float:
+        """FLOPs of training on one example of `tokens` tokens: forward and backward, and with gradient
+        checkpointing the forward of the layers backward reaches once more (`MatmulShape.recompute_flops`;
+        uncounted: 2 · parameters · tokens)."""
+        lengths = torch.tensor([tokens], dtype=torch.float64)
+        if self.shape is None:
+            return six_n_flops(self.parameters, tokens) + (2.0 * self.parameters * tokens if checkpointing else 0.0)
+        training = self.shape.training_flops(lengths)
+        return training + self.shape.recompute_flops(lengths) if checkpointing else training
+
+    def example_forward_flops(self, tokens: float) -> float:
+        """Forward FLOPs of one example of `tokens` tokens (an evaluation pass): 2 · parameters · tokens uncounted."""
+        if self.shape is None:
+            return 2.0 * self.parameters * tokens
+        return self.shape.forward_flops(torch.tensor([tokens], dtype=torch.float64))
+
+    def counted_as(self) -> str:
+        """How the FLOPs were counted, for the estimate's basis line."""
+        return ("matmul FLOPs as chapter 5 counts them" if self.shape is not None
+                else "6 · parameters · tokens (the matmul count does not cover this model)")
 
 
 BOOK_EXAMPLES = 25_000  # IMDb's training reviews: the epoch the estimates assume unless told another
@@ -88,21 +124,21 @@ class EpochEstimate:
                 f"{1000 * self.seconds_per_micro_step:.0f} ms, {self.bound}-bound; {self.basis})")
 
 
-def epoch_estimate(num_params: int, examples: int, tokens_per_example: float, micro_batch: int, card: Card,
-                   precision: str, recompute: float = 1.0) -> EpochEstimate:
+def epoch_estimate(work: ModelWork, examples: int, tokens_per_example: float, micro_batch: int, card: Card,
+                   precision: str, checkpointing: bool = False) -> EpochEstimate:
     """One epoch of `examples` at `micro_batch` on `card`: each micro-step the larger of its FLOPs over the
     card's training rate and A3's measured floor. `tokens_per_example` counts padding (what the card computes);
-    `recompute` is 4/3 with gradient checkpointing (the forward runs twice)."""
+    with gradient checkpointing the forward runs twice."""
     if examples < 1 or micro_batch < 1 or tokens_per_example <= 0:
         raise ValueError(f"examples, micro_batch and tokens_per_example must be positive, got {examples}, "
                          f"{micro_batch}, {tokens_per_example}")
     steps = math.ceil(examples / micro_batch)
     rate = card.training_tflops(precision)
-    compute = training_flops(num_params, micro_batch * tokens_per_example) * recompute / (rate * 1e12)
+    compute = micro_batch * work.example_flops(tokens_per_example, checkpointing) / (rate * 1e12)
     floor = micro_step_floor_seconds()
     source = (f"{rate:.1f} TFLOP/s, a BERT fine-tune's published rate on it" if card.rate_measured(precision)
               else f"{rate:.1f} TFLOP/s, {card.utilisation:.0%} of its datasheet peak (assumed)")
-    basis = (f"6 · parameters · tokens at {source}; no micro-step under A3's {1000 * floor:.0f} ms, measured "
+    basis = (f"{work.counted_as()} at {source}; no micro-step under A3's {1000 * floor:.0f} ms, measured "
              "for bert-base at micro-batch 8 on an H200")
     return EpochEstimate(seconds=steps * max(compute, floor), micro_steps=steps,
                          tokens=int(examples * tokens_per_example), seconds_per_micro_step=max(compute, floor),

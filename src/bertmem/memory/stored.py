@@ -18,8 +18,10 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any, Callable
 
+from bertmem.memory.speed import ModelWork
 from bertmem.memory.timeline import PHASES
 from bertmem.model.known import known_model
+from bertmem.model.matmuls import MatmulShape
 
 LINES_FILE = "fit-lines.json"  # in bertmem/recorded: written by scripts/make_fit_page.py with the page's data
 
@@ -69,9 +71,30 @@ def expand(family: dict[str, Any], value: int) -> Any:
     return zip_numbers(segment["base"], segment["step"], lambda x, s: x + (value - segment["low"]) * s)
 
 
+WORK_FIELDS = ("per_token", "per_example", "per_token_trained", "per_example_trained", "frozen_below",
+               "frozen_below_per_token")  # a member's row; the stored work names them (its "fields")
+
+
+def work_row(work: ModelWork) -> list[int] | None:
+    """A member's matmul shape as the stored lines and the page keep it (`WORK_FIELDS`), or None where the count
+    does not cover the model (6 · parameters · tokens then)."""
+    return None if work.shape is None else [getattr(work.shape, name) for name in WORK_FIELDS]
+
+
+def stored_work(work: dict[str, Any], model_id: str, kind: str, member: int) -> ModelWork:
+    """What a training example costs one member of a model's families, read off the stored work (its "fields"
+    name each row's numbers; the page's script reads it the same way)."""
+    entry = work["models"][model_id]
+    row = entry["full"] if kind == "full" else entry[kind][str(member)]
+    shape = None if row is None else MatmulShape(layers=entry["layers"], hidden=entry["hidden"],
+                                                 **dict(zip(work["fields"], row)))
+    return ModelWork(parameters=entry["parameters"], shape=shape)
+
+
 @lru_cache(maxsize=1)
 def stored_lines() -> dict[str, Any]:
-    """The package's lines: versions, search limit, LoRA ranks, lengths, models (with optimizer facts), peaks."""
+    """The package's lines: versions, search limit, LoRA ranks, lengths, models (with optimizer facts), peaks,
+    and each model's work per example (the time estimate)."""
     return json.loads(files("bertmem").joinpath("recorded", LINES_FILE).read_text(encoding="utf-8"))
 
 
@@ -106,12 +129,12 @@ def peak_at(entry: dict[str, Any], facts: list[int], batch: int) -> StoredPeak:
 @dataclass(frozen=True)
 class StoredStep:
     """The stored lines of one request: its step peak at any micro-batch up to `max_batch`, the model's attention
-    kernels and parameters, and the versions that made the lines (`bertmem plan`)."""
+    kernels, what a training example costs it, and the versions that made the lines (`bertmem plan`)."""
 
     peak: Callable[[int], StoredPeak]
     max_batch: int
     attentions: tuple[str, ...]
-    parameters: int
+    work: ModelWork
     versions: dict[str, str]
 
 
@@ -157,9 +180,10 @@ def stored_step(request) -> StoredStep | str:
     if kind != "full":
         entry, facts = expand(entry, member), expand(facts, member)
     return StoredStep(peak=lambda batch: peak_at(entry, facts, batch), max_batch=data["max_batch"],
-                      attentions=tuple(model["attentions"]), parameters=model["parameters"],
-                      versions=data["versions"])
+                      attentions=tuple(model["attentions"]),
+                      work=stored_work(data["work"], model["id"], kind, member), versions=data["versions"])
 
 
-__all__ = ["LINES_FILE", "NotAffine", "StoredPeak", "StoredStep", "estimator_versions", "expand", "lines_key",
-           "peak_at", "stored_lines", "stored_step", "versions_text", "zip_numbers"]
+__all__ = ["LINES_FILE", "NotAffine", "StoredPeak", "StoredStep", "WORK_FIELDS", "estimator_versions", "expand",
+           "lines_key", "peak_at", "stored_lines", "stored_step", "stored_work", "versions_text", "work_row",
+           "zip_numbers"]
