@@ -40,11 +40,7 @@ def model_config(config_or_model_id, num_labels: int = 2):
 
 def parameter_count(config_or_model_id, num_labels: int = 2) -> int:
     """Parameters of the sequence classifier, counted on the meta device: nothing allocated (setup cells)."""
-
-    config = model_config(config_or_model_id, num_labels)
-    with torch.device("meta"):  # the kernel changes no weight; DeBERTa has eager only
-        model = classifier_from_config(config, attention_kernels(config)[-1])
-    return sum(p.numel() for p in model.parameters())
+    return model_work(config_or_model_id, num_labels=num_labels).parameters
 
 
 def model_work(config_or_model_id, lora_r: int | None = None, freeze_layers: int = 0,
@@ -64,9 +60,10 @@ def _named_model_work(model_id: str, lora_r: int | None, freeze_layers: int, num
 
 def _count_work(config_or_model_id, lora_r: int | None, freeze_layers: int, num_labels: int) -> ModelWork:
     config = model_config(config_or_model_id, num_labels)
-    with torch.device("meta"):  # the kernel changes no weight; ModernBERT's two both run padded batches
+    # the kernel changes no weight (DeBERTa has eager only); ModernBERT's two both run padded batches
+    with torch.device("meta"):
         model = classifier_from_config(config, attention_kernels(config)[-1])
-        parameters = sum(p.numel() for p in model.parameters())  # before LoRA's adapters, as parameter_count
+        parameters = sum(p.numel() for p in model.parameters())  # the classifier's own: before LoRA's adapters
         prepare_model(model, TrainConfig(lora_r=lora_r, freeze_layers=freeze_layers))
     return ModelWork(parameters=parameters, shape=counted_shape(model))
 
