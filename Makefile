@@ -9,7 +9,7 @@ TORCH_SPEC ?= torch==2.13.0
 HAS_GPU := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && echo yes)
 
 
-.PHONY: install lint check colab-stack execute test unit notebooks notebooks-gpu-profile book site-check bench bench-estimator bench-planner bench-stability fit-page gpu-check gpu-check-t4 gpu-measure clean
+.PHONY: install lint check colab-stack execute test unit unit-other-cpu notebooks notebooks-gpu-profile ci-times book site-check bench bench-estimator bench-planner bench-stability fit-page gpu-check gpu-check-t4 gpu-measure clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -28,16 +28,35 @@ lint: install
 	$(VENV)/bin/ruff check --select E9,F book
 	$(VENV)/bin/ruff format --check --line-length 88 book
 
+# Two workers with one torch thread each keep both cores busy (much of the time is single-threaded Python: imports,
+# kernel start-up, small tensors). On a 2-core Sapphire Rapids: unit tests 627 s against 1,047 s in one process with
+# two threads, notebooks 950 s against 1,457 s, the dry run 389 s against 591 s. JOBS=1 runs each in one process.
+# Each stage writes every test's (notebook's) time to _build/ci-times/<stage>.json and prints the slowest files;
+# `make ci-times` prints them together.
+JOBS ?= 2
+XDIST := $(if $(filter 1,$(JOBS)),,-n $(JOBS))
+TIMED = PYTHONPATH=scripts $(PY) -m pytest -p ci_times --times-json _build/ci-times/$@.json
 unit: install
-	$(PY) -m pytest tests
+	$(TIMED) $(XDIST) $(if $(XDIST),--dist worksteal) --durations=25 tests
+
+# The tests that decide by the CPU's bf16 once more, with the other kind forced (tests/conftest.py's fixtures force
+# each kind where a test needs one; here every other test runs as the other machine would see it).
+OTHER_CPU_TESTS := tests/test_precision.py tests/test_loop.py tests/test_wording.py tests/test_bench_pairing.py \
+	tests/test_demos.py tests/test_train.py
+unit-other-cpu: install
+	BERTMEM_CPU_BF16="$$($(PY) -c 'from bertmem.core.devices import other_cpu_bf16; print(other_cpu_bf16())')" \
+		$(TIMED) $(XDIST) -q -m "not slow" --durations=10 $(OTHER_CPU_TESTS)
 
 # The contributor's fast loop (under 3 minutes on 2 cores): lint, then every unit test not marked slow (each of
 # those takes a second or more: real models, subprocesses, the site build). `make test` runs everything.
 check: lint
-	$(PY) -m pytest -q -m "not slow" tests
+	$(PY) -m pytest $(XDIST) -q -m "not slow" tests
 
+# Whole notebooks to a worker (--dist loadfile: one kernel runs a notebook's cells in order), one thread per kernel,
+# the longest first.
 notebooks: install
-	$(PY) -m pytest --nbval-lax --nbval-cell-timeout=1800 --nbval-sanitize-with nbval-sanitize.cfg book/
+	$(if $(XDIST),OMP_NUM_THREADS=1) $(TIMED) $(XDIST) $(if $(XDIST),--dist loadfile --notebooks-longest-first) --nbval-lax \
+		--nbval-cell-timeout=1800 --nbval-sanitize-with nbval-sanitize.cfg book/
 
 # Every notebook once more under the GPU profile, shrunk by BERTMEM_* overrides and run on the CPU (MiniLM,
 # 16 examples, 64 tokens): a branch only the GPU profile takes cannot raise unseen (~6 min on 2 cores). It runs as
@@ -46,9 +65,15 @@ notebooks: install
 # its own two-class data (the long-text runs keep IMDb): no chapter may assume two labels.
 DRY_RUN_CPU_BF16 ?= other
 notebooks-gpu-profile: install
-	$(PY) scripts/gpu_check.py --dry-run --cpu-bf16 $(DRY_RUN_CPU_BF16) --classes 5 --output _build/gpu-profile-dry-run
+	$(PY) scripts/gpu_check.py --dry-run --cpu-bf16 $(DRY_RUN_CPU_BF16) --classes 5 --jobs $(JOBS) \
+		--output _build/gpu-profile-dry-run
 
 test: lint unit notebooks notebooks-gpu-profile
+
+# CI's test stages as CI runs them, then where their time went: the 25 slowest tests, each notebook under nbval and
+# under the dry run (`python scripts/ci_times.py report` prints the tables again without running anything).
+ci-times: unit unit-other-cpu notebooks notebooks-gpu-profile
+	$(PY) scripts/ci_times.py report
 
 # Re-executes the notebooks in place, as they are committed (NOTEBOOKS="book/03_mixed_precision.ipynb" for some).
 execute: install

@@ -119,7 +119,7 @@ def find_python(name: str) -> str:
 
 
 def pyproject_hash() -> str:
-    """pyproject.toml without its version line: the version does not change what pip resolves."""
+    """What pip resolves from pyproject.toml for the install cell (release.dependencies_hash)."""
     return dependencies_hash()
 
 
@@ -132,7 +132,7 @@ def report(python_version: str, pins: dict[str, str], stack: dict[str, str], add
 
 Recorded {datetime.date.today().isoformat()} by `make colab-stack` with Python {python_version}, from Colab's
 published freeze (`configs/colab/pip-freeze.gpu.txt`).
-pyproject.toml sha256 (without its version line): `{pyproject_hash()}`.
+pyproject.toml sha256 (what the install cell resolves: no version, no extras): `{pyproject_hash()}`.
 
 | package | Colab's version | in the rebuilt stack |
 |---|---|---|

@@ -25,11 +25,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import multiprocessing
 import json
 import os
 import re
 import sys
 import time
+from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -85,13 +88,53 @@ def run_notebook(path: Path, env: dict[str, str], timeout: int = 600, prelude: s
         except Exception as err:  # a failing chapter is a result too
             last = re.sub(r"\x1b\[[0-9;]*m", "", str(err)).strip().splitlines()[-1:] or [""]  # no ANSI colours
             error = f"{type(err).__name__}: {last[0][:300]}"
-    record = {"notebook": path.name, "wall_time_s": round(time.perf_counter() - start, 1), "error": error}
+    record = {"notebook": path.name, "wall_time_s": round(time.perf_counter() - start, 1), "error": error,
+              "slowest_cells": slowest_cells(notebook, 3)}
     for cell in [notebook.cells[-1]] + ([notebook.cells[0]] if prelude is not None else []):
         for output in cell.get("outputs", []):
             for line in output.get("text", "").splitlines():
                 if line.startswith("GPU-CHECK "):
                     record.update(json.loads(line.removeprefix("GPU-CHECK ")))
     return record
+
+
+def slowest_cells(notebook, top: int) -> list[list]:
+    """The `top` slowest code cells of an executed notebook: [cell number, seconds, its first line]."""
+    from datetime import datetime
+
+    timed = []
+    for number, cell in enumerate(notebook.cells):
+        execution = cell.get("metadata", {}).get("execution", {})
+        if "iopub.execute_input" in execution and "shell.execute_reply" in execution:
+            seconds = (datetime.fromisoformat(execution["shell.execute_reply"].replace("Z", "+00:00"))
+                       - datetime.fromisoformat(execution["iopub.execute_input"].replace("Z", "+00:00")))
+            timed.append([number, round(seconds.total_seconds(), 1), cell.source.splitlines()[0][:60]])
+    return sorted(timed, key=lambda row: -row[1])[:top]
+
+
+def longest_first(paths: list[Path]) -> list[Path]:
+    """The notebooks in the order that ends soonest on several workers: longest dry run first (as recorded in the
+    package's cpu-work.json; one not recorded goes first, being unknown)."""
+    from importlib.resources import files
+
+    seconds = json.loads(files("bertmem").joinpath("recorded", "cpu-work.json").read_text())["seconds"]
+    return sorted(paths, key=lambda path: -seconds.get(path.stem.split("_")[0], float("inf")))
+
+
+def run_notebooks(paths: list[Path], env: dict[str, str], timeout: int, prelude: str | None,
+                  jobs: int = 1) -> Iterator[dict]:
+    """Each notebook's record as it finishes; with jobs > 1, that many kernels at once, each in its own process
+    with one torch thread (two single-threaded kernels on two cores finish sooner than one with two threads)."""
+    if jobs <= 1:
+        for path in paths:
+            yield run_notebook(path, env, timeout, prelude)
+        return
+    env = {**env, "OMP_NUM_THREADS": "1"}  # torch reads it at import: one intra-op thread per kernel
+    spawn = multiprocessing.get_context("spawn")  # no forked copy of this process's torch threads
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=spawn) as pool:
+        futures = [pool.submit(run_notebook, path, env, timeout, prelude) for path in longest_first(paths)]
+        for future in as_completed(futures):
+            yield future.result()
 
 
 def cpu_bf16_env(kind: str) -> dict[str, str]:
@@ -146,6 +189,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--classes", type=int, default=None,
                         help="with --dry-run: every chapter reads a generated skewed file of this many classes "
                              "(BERTMEM_DATASET) instead of its own dataset; the long-text runs keep theirs")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="notebooks executed at once, one torch thread each (CI's dry run: 2 on 2 cores); "
+                             "1 for the times a chapter records (scripts/sync_chapter_minutes.py --cpu-work)")
     args = parser.parse_args(argv)
     import torch
 
@@ -180,13 +226,14 @@ def main(argv: list[str] | None = None) -> int:
     gpu += " as a T4" if args.as_t4 else ""
     with forced_env(env):  # the estimate as the chapters see the machine (a T4's precision under --as-t4)
         result = {"gpu": gpu, "profile": profile.defaults_line(), "planner": planner_estimate(profile),
-                  "chapters": []}
+                  "jobs": args.jobs, "chapters": []}
     folder = Path(args.output)
     folder.mkdir(parents=True, exist_ok=True)
     stem = re.sub(r"[^A-Za-z0-9._-]+", "-", gpu).strip("-")
-    for path in paths:  # the files after each chapter: a call cut short keeps what it has
-        r = run_notebook(path, env, args.timeout, prelude)
-        result["chapters"].append(r)
+    order = {path.name: i for i, path in enumerate(paths)}
+    for r in run_notebooks(paths, env, args.timeout, prelude, args.jobs):  # the files after each chapter:
+        result["chapters"].append(r)  # a call cut short keeps what it has
+        result["chapters"].sort(key=lambda record: order[record["notebook"]])
         print(f"{r['notebook']}: {r['wall_time_s']:.0f} s{' — ' + r['error'] if r['error'] else ''}", flush=True)
         (folder / f"{stem}.json").write_text(json.dumps(result, indent=1))
         (folder / f"{stem}.md").write_text(summary(result["chapters"], gpu))

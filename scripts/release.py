@@ -19,6 +19,7 @@ import hashlib
 import json
 import re
 import sys
+import tomllib
 from pathlib import Path
 
 import sync_install_cell  # a sibling script: scripts/ is on the path when this one runs or is imported
@@ -39,9 +40,13 @@ def pyproject_version(text: str | None = None) -> str:
 
 
 def dependencies_hash(text: str | None = None) -> str:
-    """pyproject.toml's hash without its version line: what `make colab-stack` certifies (16 hex digits)."""
-    text = PYPROJECT.read_text(encoding="utf-8") if text is None else text
-    return hashlib.sha256(VERSION_LINE.sub("", text).encode()).hexdigest()[:16]
+    """What `make colab-stack` certifies (16 hex digits): pyproject.toml's [build-system] and [project] tables
+    without the version and the extras, i.e. what the install cell's pip resolves (it installs no extra; the
+    stack's test tools are colab_stack.py's own list). A new version or a new test tool changes nothing there."""
+    data = tomllib.loads(PYPROJECT.read_text(encoding="utf-8") if text is None else text)
+    project = {k: v for k, v in data["project"].items() if k not in ("version", "optional-dependencies")}
+    resolved = json.dumps({"build-system": data.get("build-system"), "project": project}, sort_keys=True)
+    return hashlib.sha256(resolved.encode()).hexdigest()[:16]
 
 
 def source_files(root: Path | None = None) -> list[Path]:

@@ -129,6 +129,8 @@ def record_cpu_work(dry_run: Path) -> None:
     failed = [r["notebook"] for r in result["chapters"] if r.get("error")]
     if failed:
         raise SystemExit(f"{dry_run}: these notebooks failed in the dry run, so their times mean little: {failed}")
+    if result.get("jobs", 1) > 1:  # two kernels sharing two cores: each notebook's time is not its own
+        raise SystemExit(f"{dry_run}: ran {result['jobs']} notebooks at once; record from a run with --jobs 1")
     seconds = json.loads(CPU_WORK.read_text(encoding="utf-8"))["seconds"]  # a dry run of some chapters: theirs
     seconds.update({r["notebook"].split("_")[0]: round(r["wall_time_s"], 1) for r in result["chapters"]})
     CPU_WORK.write_text(json.dumps({"what": "GPU-profile dry run on a 2-core CPU: MiniLM, 16 examples, 64 tokens",

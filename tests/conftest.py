@@ -4,12 +4,17 @@ import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a Hub call would otherwise hang ~50 s before failing
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+if os.environ.get("PYTEST_XDIST_WORKER"):  # two workers on two cores: one thread each, their subprocesses too
+    os.environ["OMP_NUM_THREADS"] = "1"
 
 import pandas as pd
 import pytest
 import torch
 
 from bertmem.model.loading import classifier_from_config, tiny_bert_config
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    torch.set_num_threads(1)
 
 
 @pytest.fixture
@@ -61,3 +66,26 @@ def reviews_csv(tmp_path_factory):
     path = tmp_path_factory.mktemp("data") / "reviews.csv"
     pd.DataFrame(rows, columns=["review", "sentiment"]).to_csv(path, index=False)
     return path
+
+
+@pytest.fixture(scope="session")
+def minilm_tokenizer():
+    """MiniLM's tokenizer (bert-base-uncased's vocabulary), loaded once per test run."""
+    from bertmem.model.loading import MINILM_ID, load_tokenizer
+
+    return load_tokenizer(MINILM_ID)
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory, minilm_tokenizer):
+    """A folder that from_pretrained reads as a model id: a tiny random BERT encoder (2 layers, 32 wide, 512
+    positions, MiniLM's vocabulary) and MiniLM's tokenizer. Each load adds a fresh head for its own labels; for
+    tests where a pretrained model's behaviour is not the subject (`BERTMEM_MODEL_ID` or `--model` this folder)."""
+    from transformers import AutoModel
+
+    folder = tmp_path_factory.mktemp("tiny-bert")
+    torch.manual_seed(0)
+    config = tiny_bert_config(vocab_size=minilm_tokenizer.vocab_size, max_position_embeddings=512)
+    AutoModel.from_config(config).save_pretrained(folder)
+    minilm_tokenizer.save_pretrained(folder)
+    return folder

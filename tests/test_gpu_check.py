@@ -32,10 +32,15 @@ def test_gpu_check_refuses_to_run_without_a_gpu(tmp_path):
 def test_gpu_check_records_each_chapter_and_its_errors(tmp_path):
     good = notebook(tmp_path / "good.ipynb", "x = sum(range(10))", "print(x)")
     bad = notebook(tmp_path / "bad.ipynb", "raise ValueError('broken chapter')")
-    done = subprocess.run([sys.executable, str(SCRIPT), "--allow-cpu", "--output", str(tmp_path / "out"),
-                           str(good), str(bad)], capture_output=True, text=True, timeout=300)
+    one_thread = notebook(tmp_path / "threads.ipynb", "import torch\nassert torch.get_num_threads() == 1")
+    # two at a time (CI's dry run): each kernel with one torch thread, the records in the order asked
+    done = subprocess.run([sys.executable, str(SCRIPT), "--allow-cpu", "--jobs", "2", "--output",
+                           str(tmp_path / "out"), str(good), str(bad), str(one_thread)],
+                          capture_output=True, text=True, timeout=300)
     assert done.returncode == 1, done.stderr[-2000:]  # one chapter failed
     result = json.loads((tmp_path / "out" / "cpu.json").read_text())
+    assert [c["notebook"] for c in result["chapters"]] == ["good.ipynb", "bad.ipynb", "threads.ipynb"]
+    assert result["jobs"] == 2 and result["chapters"][2]["error"] is None, result["chapters"][2]
     chapters = {c["notebook"]: c for c in result["chapters"]}
     assert chapters["good.ipynb"]["error"] is None and chapters["good.ipynb"]["wall_time_s"] > 0
     assert chapters["good.ipynb"]["torch"] == torch.__version__ and chapters["good.ipynb"]["gpu"] == "cpu"

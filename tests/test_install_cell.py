@@ -112,7 +112,7 @@ def test_the_recorded_colab_stack_result_is_for_this_pyproject_and_passed():
     result = ROOT / "results" / "colab-stack.md"
     assert result.is_file(), "run make colab-stack and commit results/colab-stack.md"
     text = result.read_text(encoding="utf-8")
-    recorded = re.search(r"pyproject\.toml sha256 \(without its version line\): `(\w+)`", text)
+    recorded = re.search(r"pyproject\.toml sha256 \(what the install cell resolves: [^)]*\): `(\w+)`", text)
     assert recorded and recorded.group(1) == dependencies_hash(), "pyproject.toml changed since make colab-stack"
     assert "**Replaced, upgraded or downgraded:** nothing" in text
     added = re.search(r"\*\*`pip install` of bertmem added:\*\* (.+)\.", text).group(1)
@@ -168,6 +168,8 @@ def test_a_new_version_alone_changes_no_dependency_and_a_new_dependency_does(tmp
     text = pyproject.read_text()
     assert dependencies_hash(text) == dependencies_hash(text.replace('"1.2.3"', '"1.3.0"'))
     assert dependencies_hash(text) != dependencies_hash(text.replace('["torch"]', '["torch", "numpy"]'))
+    # an extra the install cell never installs (a test tool) changes nothing it resolves
+    assert dependencies_hash(text) == dependencies_hash(text + '[project.optional-dependencies]\ntest = ["pytest"]\n')
     assert release.next_version("1.2.3") == "1.2.4" and release.next_version("1.2.3", "minor") == "1.3.0"
 
 

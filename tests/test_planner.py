@@ -135,13 +135,13 @@ def test_attempt_training_step_reports_a_fit_and_an_out_of_memory_error(tiny_mod
     assert failed.describe().startswith("out of memory: CUDA out of memory")
 
 
-def test_load_classifier_places_the_model_once_and_rejects_missing_devices():
-    from bertmem.model.loading import MINILM_ID, load_classifier
+def test_load_classifier_places_the_model_once_and_rejects_missing_devices(tiny_model_dir):
+    from bertmem.model.loading import load_classifier
 
-    model = load_classifier(MINILM_ID, device="cpu")
+    model = load_classifier(tiny_model_dir, device="cpu")
     assert {p.device.type for p in model.parameters()} == {"cpu"}
     with pytest.raises(ValueError, match="no CUDA GPU"):
-        load_classifier(MINILM_ID, device="cuda")
+        load_classifier(tiny_model_dir, device="cuda")
 
 
 def test_attempt_training_step_treats_cublas_allocation_failures_as_out_of_memory(tiny_model, tiny_batches):

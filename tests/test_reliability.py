@@ -25,7 +25,7 @@ from bertmem.experiments.run import run_experiment
 from bertmem.loop.checkpoint import CHECKPOINT_NAME, CheckpointError, load_checkpoint
 from bertmem.loop.combined import train
 from bertmem.loop.config import RunConfig, TrainConfig
-from bertmem.model.loading import MINILM_ID, tiny_classifier
+from bertmem.model.loading import tiny_classifier
 
 
 def write_csv(path: Path, rows: list[tuple[str, str]]) -> Path:
@@ -165,11 +165,11 @@ def test_damaged_and_foreign_checkpoints_are_one_line_errors(tmp_path):
         train(bigger, DataLoader(rows, batch_size=4), config, run=replace(saving, resume=True))
 
 
-# 4. The seed repeats a run with the real model ---------------------------------------------------------
+# 4. The seed repeats a run of a model loaded from a folder, as a reader's is ---------------------------
 
 @pytest.mark.slow
-def test_same_seed_same_metrics_with_the_real_minilm(reviews_csv):
-    run = RunConfig(model_id=MINILM_ID, progress=False)
+def test_same_seed_same_metrics_with_a_model_from_a_folder(reviews_csv, tiny_model_dir):
+    run = RunConfig(model_id=str(tiny_model_dir), progress=False)
     data = DataConfig(dataset=str(reviews_csv), text_column="review", label_column="sentiment",
                       train_size=16, eval_size=8, max_length=24, micro_batch=8)
     config = TrainConfig(learning_rate=1e-4, seed=3, max_steps=2)
