@@ -37,15 +37,11 @@ def pytest_collection_modifyitems(session, config, items) -> None:
     # two workers finish together when the longest notebooks start first (chapter 5 alone is a quarter of the stage)
     if not config.getoption("--notebooks-longest-first"):
         return
-    minutes = recorded_minutes()
+    from bertmem.book.chapters import cpu_profile_minutes  # here: only this option pays for importing bertmem
+
+    minutes = cpu_profile_minutes()
     # stable: cells keep their order within a notebook; one not recorded goes first, being unknown
     items.sort(key=lambda item: -minutes.get(Path(str(item.fspath)).stem.split("_")[0], float("inf")))
-
-
-def recorded_minutes() -> dict[str, float]:
-    """Each notebook's minutes under the CPU profile, as the package records them ("05": 6.0)."""
-    path = ROOT / "src" / "bertmem" / "recorded" / "cpu-profile-minutes.json"
-    return json.loads(path.read_text(encoding="utf-8"))["minutes"]
 
 
 _TIMES: dict[str, float] = defaultdict(float)  # nodeid -> seconds, setup + call + teardown

@@ -106,6 +106,7 @@ def slowest_cells(notebook, top: int) -> list[list]:
     for number, cell in enumerate(notebook.cells):
         execution = cell.get("metadata", {}).get("execution", {})
         if "iopub.execute_input" in execution and "shell.execute_reply" in execution:
+            # "…Z": Python 3.10's fromisoformat reads no Z
             seconds = (datetime.fromisoformat(execution["shell.execute_reply"].replace("Z", "+00:00"))
                        - datetime.fromisoformat(execution["iopub.execute_input"].replace("Z", "+00:00")))
             timed.append([number, round(seconds.total_seconds(), 1), cell.source.splitlines()[0][:60]])
@@ -115,10 +116,10 @@ def slowest_cells(notebook, top: int) -> list[list]:
 def longest_first(paths: list[Path]) -> list[Path]:
     """The notebooks in the order that ends soonest on several workers: longest dry run first (as recorded in the
     package's cpu-work.json; one not recorded goes first, being unknown)."""
-    from importlib.resources import files
+    from bertmem.book.chapters import cpu_work_minutes
 
-    seconds = json.loads(files("bertmem").joinpath("recorded", "cpu-work.json").read_text())["seconds"]
-    return sorted(paths, key=lambda path: -seconds.get(path.stem.split("_")[0], float("inf")))
+    minutes = cpu_work_minutes()
+    return sorted(paths, key=lambda path: -minutes.get(path.stem.split("_")[0], float("inf")))
 
 
 def run_notebooks(paths: list[Path], env: dict[str, str], timeout: int, prelude: str | None,

@@ -69,15 +69,15 @@ def reviews_csv(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def minilm_tokenizer():
-    """MiniLM's tokenizer (bert-base-uncased's vocabulary), loaded once per test run."""
+def tokenizer():
+    """MiniLM's tokenizer (bert-base-uncased's vocabulary), loaded once per test run (tests must not change it)."""
     from bertmem.model.loading import MINILM_ID, load_tokenizer
 
     return load_tokenizer(MINILM_ID)
 
 
 @pytest.fixture(scope="session")
-def tiny_model_dir(tmp_path_factory, minilm_tokenizer):
+def tiny_model_dir(tmp_path_factory, tokenizer):
     """A folder that from_pretrained reads as a model id: a tiny random BERT encoder (2 layers, 32 wide, 512
     positions, MiniLM's vocabulary) and MiniLM's tokenizer. Each load adds a fresh head for its own labels; for
     tests where a pretrained model's behaviour is not the subject (`BERTMEM_MODEL_ID` or `--model` this folder)."""
@@ -85,7 +85,7 @@ def tiny_model_dir(tmp_path_factory, minilm_tokenizer):
 
     folder = tmp_path_factory.mktemp("tiny-bert")
     torch.manual_seed(0)
-    config = tiny_bert_config(vocab_size=minilm_tokenizer.vocab_size, max_position_embeddings=512)
+    config = tiny_bert_config(vocab_size=tokenizer.vocab_size, max_position_embeddings=512)
     AutoModel.from_config(config).save_pretrained(folder)
-    minilm_tokenizer.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
     return folder

@@ -18,10 +18,6 @@ from bertmem.data.frames import (
 from bertmem.model.loading import MINILM_ID, load_tokenizer
 
 
-@pytest.fixture(scope="module")
-def tokenizer():
-    return load_tokenizer(MINILM_ID)
-
 
 def write_mirror(tmp_path, frame, name="imdb", split="train"):
     (tmp_path / name).mkdir(parents=True, exist_ok=True)
@@ -134,7 +130,6 @@ def test_real_imdb_mirror_sample():
 
 
 def test_head_tail_truncation_keeps_both_ends():
-    from bertmem.model.loading import MINILM_ID, load_tokenizer
 
     tokenizer = load_tokenizer(MINILM_ID)
     words = " ".join(f"w{i}" for i in range(300))
@@ -159,7 +154,6 @@ def test_head_tail_truncation_keeps_both_ends():
 
 def test_build_loaders_cuts_both_splits_as_the_data_config_says():
     from bertmem.data.loaders import DataConfig, build_loaders
-    from bertmem.model.loading import MINILM_ID, load_tokenizer
 
     tokenizer = load_tokenizer(MINILM_ID)
     words = " ".join(f"w{i}" for i in range(300))

@@ -24,14 +24,10 @@ from bertmem.loop.baseline import evaluate
 from bertmem.loop.combined import train
 from bertmem.loop.config import RunConfig, TrainConfig
 from bertmem.memory.measure import measure_step_memory
-from bertmem.model.loading import MINILM_ID, load_tokenizer, tiny_classifier
+from bertmem.model.loading import tiny_classifier
 
 QUIET = RunConfig(progress=False)  # no progress bars in tests
 
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return load_tokenizer(MINILM_ID)
 
 
 def examples(n: int = 32) -> list[dict]:

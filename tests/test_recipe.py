@@ -11,14 +11,10 @@ from bertmem.data.frames import EncodedDataset, make_loader
 from bertmem.loop.checkpoint import CHECKPOINT_NAME, atomic_save, load_checkpoint
 from bertmem.loop.combined import make_optimizer_and_scheduler, train
 from bertmem.loop.config import RunConfig, TrainConfig
-from bertmem.model.loading import MINILM_ID, load_tokenizer, tiny_classifier
+from bertmem.model.loading import tiny_classifier
 
 QUIET = RunConfig(progress=False)  # no progress bars in tests
 
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return load_tokenizer(MINILM_ID)
 
 
 @pytest.fixture(scope="module")
