@@ -1,3 +1,4 @@
+import functools
 import resource
 import time
 
@@ -209,3 +210,36 @@ def test_estimated_rows_label_the_sixteen_bit_format_a_t4_runs():
         estimated_rows(half="fp32")
     rows = estimated_rows("bert-base-uncased", seq_len=64, effective_batch=8, accumulation_steps=4, half="fp16")
     assert {r["precision"] for r in rows} == {"fp32", "fp16"}
+
+
+def test_estimates_shared_by_processes_are_made_once_per_question(tmp_path, monkeypatch):
+    """BERTMEM_ESTIMATE_CACHE (CI): a second asking reads the first answer; another question estimates afresh."""
+    from bertmem.memory import estimate as estimate_module
+
+    made = []
+    real = estimate_module.estimate_step_memory.__wrapped__
+
+    @functools.wraps(real)  # the estimator's own signature, counting each estimate made
+    def counted(*args, **kwargs):
+        made.append(args)
+        return real(*args, **kwargs)
+
+    shared = estimate_module._shared_by_processes(counted)
+    config = tiny_bert_config()
+    monkeypatch.delenv(estimate_module.ESTIMATE_CACHE_ENV, raising=False)
+    unshared = shared(config, 2, 16)
+    assert len(made) == 1 and not list(tmp_path.iterdir())  # unset: nothing kept
+    monkeypatch.setenv(estimate_module.ESTIMATE_CACHE_ENV, str(tmp_path))
+    first, again = shared(config, 2, 16), shared(config, 2, 16, precision="fp32")
+    assert len(made) == 2 and len(list(tmp_path.glob("*.pickle"))) == 1
+    assert again.step_peak == first.step_peak == unshared.step_peak and again is not first
+    assert again.timeline.events == first.timeline.events
+    shared(config, 3, 16)  # another batch, another configuration: each its own estimate
+    config.num_hidden_layers += 1
+    shared(config, 2, 16)
+    assert len(made) == 4 and len(list(tmp_path.glob("*.pickle"))) == 3
+    estimate_module._estimator_identity.cache_clear()
+    monkeypatch.setattr(torch, "__version__", "0.0.0")  # another torch: estimated afresh
+    shared(config, 2, 16)
+    estimate_module._estimator_identity.cache_clear()
+    assert len(made) == 5

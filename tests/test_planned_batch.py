@@ -3,6 +3,7 @@ auto`'s plan (one implementation), for the bench's budget, and the row says what
 
 import dataclasses
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -35,6 +36,15 @@ def test_the_planned_row_is_the_full_recipe_with_the_planners_micro_batch():
     assert run == full_run
     assert dataclasses.replace(data, micro_batch=full_data.micro_batch) == full_data
     assert dataclasses.replace(recipe, accumulation_steps=full_recipe.accumulation_steps) == full_recipe
+
+
+def test_a_run_plans_from_numpy_lengths_as_from_ints():
+    """A file's token counts come as numpy integers (`bertmem train --memory t4` on texts cut to --max-length)."""
+    bench = bench_for("1200MiB")
+    full_run, full_data, full_recipe = variant_settings(bench, "full recipe")
+    fit = FitRequest(memory="1200MiB", effective_batch=32, plan_micro_batch=True)
+    from_numpy = plan_run(fit, full_run, full_data, full_recipe, list(np.array([64, 256, 256])))
+    assert from_numpy == plan_run(fit, full_run, full_data, full_recipe, [64, 256, 256])
 
 
 def test_the_budget_moves_the_micro_batch():

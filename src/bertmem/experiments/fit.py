@@ -124,7 +124,7 @@ def plan_run(fit: FitRequest, run: RunConfig, data: DataConfig, config: TrainCon
     notes += [note] if note else []
     if fit.memory is not None and not on_cuda(run.device):
         notes.append("this run is on the CPU: the plan is for the card named, for when the same command runs there")
-    longest = max(lengths)
+    longest = int(max(lengths))  # a tokenizer's counts arrive as numpy integers; the estimator takes ints
     request = PlanRequest(model_id=run.model_id, max_length=max(8, longest), precision=precision,
                           memory_bytes=budget, effective_batch=effective, attention=run.attention,
                           gradient_checkpointing=config.gradient_checkpointing, optimizer=config.optimizer,

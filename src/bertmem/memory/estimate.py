@@ -5,9 +5,14 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
+import hashlib
+import inspect
+import json
+import os
+import pickle
 import warnings
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import torch
 
@@ -234,6 +239,52 @@ def tracker_step_peak(config_or_model_id, batch_size: int, seq_len: int, precisi
         return sum(snapshot["Total"] for snapshot in tracker.get_tracker_snapshot("peak").values())
 
 
+ESTIMATE_CACHE_ENV = "BERTMEM_ESTIMATE_CACHE"  # a folder: CI's stages share their estimates (.ci/run sets it)
+
+
+@functools.lru_cache(maxsize=1)
+def _estimator_identity() -> str:
+    """What an estimate depends on besides its arguments: this package's source and torch's, transformers' versions."""
+    import transformers
+
+    digest = hashlib.sha256(f"{torch.__version__} {transformers.__version__}".encode())
+    for path in sorted(Path(__file__).resolve().parents[1].rglob("*.py")):
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def _shared_by_processes(estimate: Callable[..., MemoryReport]) -> Callable[..., MemoryReport]:
+    """With BERTMEM_ESTIMATE_CACHE set to a folder, each estimate is made once for every process that asks it again
+    (CI: a unit test, the notebook stage and the dry run estimate the same steps). Keyed by the arguments, the
+    model's configuration, this package's source and the versions: any change estimates afresh. Unset: no effect."""
+    signature = inspect.signature(estimate)
+
+    @functools.wraps(estimate)
+    def shared(*args, **kwargs) -> MemoryReport:
+        folder = os.environ.get(ESTIMATE_CACHE_ENV)
+        if not folder:
+            return estimate(*args, **kwargs)
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        arguments = dict(bound.arguments)
+        arguments["config_or_model_id"] = model_config(arguments["config_or_model_id"],
+                                                       arguments["num_labels"]).to_json_string()
+        key = hashlib.sha256(json.dumps([_estimator_identity(), arguments], sort_keys=True).encode()).hexdigest()
+        path = Path(folder) / f"{key}.pickle"
+        if path.is_file():
+            with contextlib.suppress(Exception):  # a torn or foreign file: estimate again
+                return pickle.loads(path.read_bytes())
+        report = estimate(*args, **kwargs)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_suffix(f".{os.getpid()}.partial")  # two workers may write one key: last rename wins
+        partial.write_bytes(pickle.dumps(report))
+        os.replace(partial, path)
+        return report
+
+    return shared
+
+
+@_shared_by_processes
 def estimate_step_memory(config_or_model_id, batch_size: int, seq_len: int, precision: str = "fp32",
                          attention: str = "sdpa", optimizer: str = "adamw", gradient_checkpointing: bool = False,
                          attention_dropout: float | None = None, num_labels: int = 2,
