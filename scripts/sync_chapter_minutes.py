@@ -50,10 +50,41 @@ def approx_minutes(minutes: float) -> str:
     return f"≈ {minutes:.0f}" if minutes >= 0.5 else "< 1"
 
 
+def non_embedding_parameters(model_id: str) -> int:
+    """N in Kaplan et al. (2020)'s C ≈ 6N FLOPs per token: the classifier's parameters (as `model_work` counts
+    them) less its embeddings module's, built on the meta device (nothing allocated)."""
+    import torch
+
+    from bertmem.memory.estimate import model_config
+    from bertmem.model.loading import classifier_from_config
+    from bertmem.model.matmuls import non_embedding_parameters as outside_embeddings
+
+    with torch.device("meta"):
+        return outside_embeddings(classifier_from_config(model_config(model_id)))
+
+
+def flop_note(tokens: int, counted: float, parameters: int, non_embedding: int) -> str:
+    """The note's sentences on bert-base's FLOPs per training example of `tokens` tokens: the matmul count
+    (`counted`) beside Kaplan et al.'s 6 · N · tokens (N the `non_embedding` parameters) and beside the time
+    estimates' fallback 6 · all `parameters` · tokens, each worded from its ratio to the count."""
+    from bertmem.book.wording import percent_side
+
+    def than(flops: float) -> str:
+        return f"{percent_side(flops / counted)} it"
+
+    kaplan, every = 6 * non_embedding * tokens, 6 * parameters * tokens
+    return (f"For bert-base at {tokens} tokens the count is {counted / 1e9:.2f} GFLOP per training example. "
+            f"Kaplan et al.'s 6 · N · tokens {{cite:p}}`kaplan2020scaling`, with N the {non_embedding / 1e6:.1f} M "
+            f"non-embedding parameters, gives {kaplan / 1e9:.2f} GFLOP, {than(kaplan)}: it leaves out the "
+            f"attention scores QKᵀ and their product with the values. The time estimates' fallback for an "
+            f"architecture the count does not cover, 6 · all parameters · tokens, gives {every / 1e9:.2f} GFLOP, "
+            f"{than(every)}: it adds the embeddings' {(parameters - non_embedding) / 1e6:.1f} M parameters, which "
+            f"do no matrix multiplies.")
+
+
 def table() -> str:
     """The markdown table between the markers of book/intro.md."""
     from bertmem.book.chapters import FIRST_RUN_MINUTES, MINUTES_CARDS, MODEL_LOAD_SECONDS, chapter_minutes
-    from bertmem.book.wording import compare
     from bertmem.memory.cards import CARDS
     from bertmem.memory.estimate import model_work
     from bertmem.profiles import get_profile
@@ -73,9 +104,8 @@ def table() -> str:
         cells = ["—" if cpu is None else f"{cpu:.1f}"] + [approx_minutes(v) for v in values[1:]]
         lines.append(f"| {title(path)} | " + " | ".join(cells) + " |")
     lines.append("| **whole book** | " + f"{totals[0]:.1f} | " + " | ".join(f"≈ {v:.0f}" for v in totals[1:]) + " |")
-    counted, six_n = work.example_flops(gpu.max_length), 6 * work.parameters * gpu.max_length
-    than = compare(six_n / counted, f"{1 - six_n / counted:.0%} less", f"{six_n / counted - 1:.0%} more",
-                   "within a few percent")
+    flops = flop_note(gpu.max_length, work.example_flops(gpu.max_length), work.parameters,
+                      non_embedding_parameters(gpu.model_id))
     faster = [str(int(k)) if k.isdigit() else k for k in l4 if l4[k] < a100[k]]  # the assumed shares' order
     l4_card, a100_card = CARDS["L4"], CARDS["A100"]
     shares = (f"the same {l4_card.utilisation:.0%} share is" if l4_card.utilisation == a100_card.utilisation
@@ -94,11 +124,7 @@ def table() -> str:
             f"Each chapter adds its CPU-side work (imports, estimates, demonstrations, tokenizing: the GPU "
             f"profile's dry run, measured on a 2-core CPU like Colab's) and {MODEL_LOAD_SECONDS:.0f} s to load "
             f"bert-base per fine-tune and once for its own measurements. A fresh runtime adds about "
-            f"{FIRST_RUN_MINUTES:.0f} minutes once, for the install cell and the downloads. For bert-base at "
-            f"{gpu.max_length} tokens the count is {counted / 1e9:.2f} GFLOP per training example; the often-quoted "
-            f"6 · parameters · tokens {{cite:p}}`kaplan2020scaling` gives {six_n / 1e9:.2f} GFLOP, "
-            f"{than}: "
-            f"it counts the embeddings, which do no matrix multiplies, and leaves out the attention scores.")
+            f"{FIRST_RUN_MINUTES:.0f} minutes once, for the install cell and the downloads. {flops}")
     if faster:
         where = f"chapter{'s' * (len(faster) > 1)} {', '.join(faster)}"
         note += (f" Where the L4 comes out faster than the A100 before rounding ({where}), the order is the "

@@ -1,5 +1,6 @@
-"""Write the Colab install cell into every notebook (one template, `_config.yml`'s repository, the package's tag)
-and Colab's request for a T4 runtime into every notebook's metadata.
+"""Write the Colab install cell into every notebook (one template, `_config.yml`'s repository, the package's tag),
+Colab's request for a T4 runtime into every notebook's metadata, an "Open in Colab" link under each notebook's title,
+and the repository's Colab and website addresses into README.md's chapter table.
 
 Usage: python scripts/sync_install_cell.py    (after forking or a version bump; tests/test_install_cell.py fails
 while a notebook's cell differs from the template)
@@ -112,6 +113,74 @@ def add_colab_metadata(notebook: dict) -> bool:
     return True
 
 
+def configured_branch() -> str:
+    """repository.branch from _config.yml (main when it names none): the branch Colab opens notebooks from."""
+    text = (ROOT / "_config.yml").read_text(encoding="utf-8")
+    match = re.search(r"^repository:\s*\n(?:\s+.*\n)*?\s+branch:\s*(\S+)", text, flags=re.MULTILINE)
+    return match.group(1) if match else "main"
+
+
+def owner_and_name() -> tuple[str, str]:
+    """The GitHub owner and repository of the configured URL."""
+    match = re.fullmatch(r"https://github\.com/([^/]+)/([^/]+?)(?:\.git)?/?", configured_url())
+    if not match:
+        raise SystemExit(f"_config.yml's repository.url is not a GitHub repository: {configured_url()}")
+    return match.group(1), match.group(2)
+
+
+def colab_link(path: str) -> str:
+    """Colab's address for a notebook of this repository (`path` from the repository root)."""
+    owner, name = owner_and_name()
+    return f"https://colab.research.google.com/github/{owner}/{name}/blob/{configured_branch()}/{path}"
+
+
+def site_link(page: str = "") -> str:
+    """The website's address (GitHub Pages, published by .github/workflows/publish.yml) for a page of the book."""
+    owner, name = owner_and_name()
+    return f"https://{owner.lower()}.github.io/{name}/{page}"
+
+
+COLAB_LINE = re.compile(r"^\[Open in Colab\]\(https://colab\.research\.google\.com/github/[^)]*\).*$", re.MULTILINE)
+
+
+def colab_line(notebook_name: str) -> str:
+    """The line under a notebook's title: a text link (the offline site test refuses external images)."""
+    return (f"[Open in Colab]({colab_link('book/' + notebook_name)}): it asks for a T4 runtime; its first cell "
+            "installs the helper package.")
+
+
+def add_colab_link(notebook: dict, notebook_name: str) -> bool:
+    """Put the Colab line under the title of the notebook's first Markdown cell; whether it changed."""
+    cell = next(c for c in notebook["cells"] if c["cell_type"] == "markdown")
+    source = "".join(cell["source"])
+    line = colab_line(notebook_name)
+    if COLAB_LINE.search(source):
+        wanted = COLAB_LINE.sub(lambda _: line, source, count=1)
+    else:
+        title, _, rest = source.partition("\n")
+        wanted = f"{title}\n\n{line}\n" + (f"\n{rest.lstrip(chr(10))}" if rest.strip() else "")
+    if wanted == source:
+        return False
+    cell["source"] = wanted.splitlines(True)
+    return True
+
+
+def sync_readme(path: Path) -> bool:
+    """Point README.md's Colab and website links at the configured repository; whether it changed."""
+    owner, name = owner_and_name()
+    text = path.read_text(encoding="utf-8")
+    wanted = re.sub(r"https://colab\.research\.google\.com/github/[^/\s)]+/[^/\s)]+/blob/[^/\s)]+/",
+                    colab_link(""), text)
+    wanted = re.sub(r"https://[\w-]+\.github\.io/[^/\s)>]+/", site_link(), wanted)
+    wanted = INSTALL.sub(lambda m: f"bertmem{m.group(1) or ''} @ git+{configured_url()}@{release_tag()}", wanted)
+    wanted = re.sub(r"git clone https://github\.com/\S+ && cd \S+", f"git clone {configured_url()} && cd {name}",
+                    wanted)
+    if wanted == text:
+        return False
+    path.write_text(wanted, encoding="utf-8")
+    return True
+
+
 def is_install_cell(source: str) -> bool:
     return "google.colab" in source and "pip" in source
 
@@ -124,6 +193,9 @@ def main() -> None:
         if len(cells) != 1:
             raise SystemExit(f"{path.name}: expected one install cell, found {len(cells)}")
         changed = add_colab_metadata(notebook)
+        if add_colab_link(notebook, path.name):
+            changed = True
+            print(f"{path.name}: Open in Colab links to {colab_link('book/' + path.name)}")
         if "".join(cells[0]["source"]) != cell_source:
             cells[0]["source"] = cell_source.splitlines(True)
             cells[0]["metadata"].update({"cellView": "form", "tags": ["remove-cell"]})  # timings stay
@@ -133,6 +205,9 @@ def main() -> None:
             # sorted keys, as Jupyter writes them: the next execution changes no order
             path.write_text(json.dumps(notebook, indent=1, ensure_ascii=False, sort_keys=True) + "\n",
                             encoding="utf-8")
+    readme = ROOT / "README.md"
+    if readme.is_file() and sync_readme(readme):
+        print(f"README.md: Colab and website links now point at {configured_url()}")
 
 
 if __name__ == "__main__":

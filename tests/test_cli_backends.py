@@ -92,7 +92,7 @@ def test_cli_bad_arguments_exit_2_with_a_message(tmp_path, reviews_csv, capsys, 
 
 def test_cli_rejects_a_one_example_subset(capsys):
     with pytest.raises(SystemExit):
-        main(["train", "--train-size", "1", "--output-dir", "x"])
+        main(["train", "--dataset", "imdb", "--train-size", "1", "--output-dir", "x"])
     assert "train_size must be >= 2" in capsys.readouterr().err
 
 

@@ -18,6 +18,21 @@ def subparser(name):
     return next(a for a in parser._subparsers._group_actions if a.dest == "command").choices[name]
 
 
+DATASET = ("--dataset", get_profile().dataset)  # train has no default dataset: a forgotten flag never trains IMDb
+
+
+def test_train_without_a_dataset_stops_in_one_sentence_and_predict_names_its_required_flags(capsys):
+    with pytest.raises(SystemExit) as stop:
+        main(["train", "--output-dir", "out"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert stop.value.code == 2 and err[-1].endswith("the following arguments are required: --dataset")
+    help_text = subparser("predict").format_help()
+    assert "(default: )" not in help_text and help_text.count("(required)") == 2
+    with pytest.raises(SystemExit):
+        main(["predict", "--dataset", "new.csv"])
+    assert "required: --model" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("command, classes", [("train", (RunConfig, DataConfig, TrainConfig)),
                                               ("bench", (BenchConfig,)), ("plan", (PlanRequest,))])
 def test_every_helped_field_is_a_flag_of_its_command(command, classes):
@@ -28,7 +43,7 @@ def test_every_helped_field_is_a_flag_of_its_command(command, classes):
 
 
 def test_train_flags_build_the_three_configs_with_the_profiles_defaults():
-    args = subparser("train").parse_args(["--output-dir", "out", "--lr", "3e-5", "--train-size", "all",
+    args = subparser("train").parse_args([*DATASET, "--output-dir", "out", "--lr", "3e-5", "--train-size", "all",
                                           "--no-group-by-length", "--max-grad-norm", "0",
                                           "--layerwise-decay", "0.9", "--gradient-checkpointing"])
     profile = get_profile()
@@ -36,12 +51,13 @@ def test_train_flags_build_the_three_configs_with_the_profiles_defaults():
     assert data == profile.data_config(train_size=None, group_by_length=False)
     assert recipe == profile.train_config(learning_rate=3e-5, max_grad_norm=None,
                                               layerwise_decay=0.9, gradient_checkpointing=True)
-    assert run_from_flags(args, profile) == profile.run_config(output_dir="out",
+    assert run_from_flags(args, profile) == profile.run_config(output_dir="out", save_model=True,  # kept: A1
                                                                checkpoint_minutes=profile.checkpoint_minutes)
+    assert not RunConfig().save_model  # in Python a run keeps no model unless asked (a chapter trains many)
 
 
 def test_train_defaults_a_reader_relies_on():
-    args = subparser("train").parse_args(["--output-dir", "out"])
+    args = subparser("train").parse_args([*DATASET, "--output-dir", "out"])
     data, recipe = config_from_flags(DataConfig, args), config_from_flags(TrainConfig, args)
     assert (data.data_seed, data.eval_batch_size, data.group_by_length, data.pad_to_max_length) == (0, None, True,
                                                                                                    False)
@@ -55,7 +71,7 @@ def test_no_flag_is_a_prefix_of_another():
     with pytest.raises(SystemExit):
         subparser("bench").parse_args(["--seed", "4"])
     with pytest.raises(SystemExit):
-        subparser("train").parse_args(["--output-dir", "out", "--grad", "--lr", "1e-4"])
+        subparser("train").parse_args([*DATASET, "--output-dir", "out", "--grad", "--lr", "1e-4"])
 
 
 def test_bench_seeds_and_data_seed():
@@ -71,7 +87,7 @@ def test_bench_seeds_and_data_seed():
 ])
 def test_a_bad_value_fails_in_the_dataclass_with_one_line(flags, message, capsys):
     with pytest.raises(SystemExit) as stop:
-        main(["train", "--output-dir", "out", *flags])
+        main(["train", *DATASET, "--output-dir", "out", *flags])
     err = capsys.readouterr().err
     assert stop.value.code == 2 and message in err and len(err.strip().splitlines()) == 1
 
@@ -85,15 +101,16 @@ def test_configs_are_frozen_so_variants_are_replacements():
 
 def test_an_unreadable_value_names_the_flag(capsys):
     with pytest.raises(SystemExit) as stop:
-        main(["train", "--output-dir", "out", "--train-size", "lots"])
+        main(["train", *DATASET, "--output-dir", "out", "--train-size", "lots"])
     assert stop.value.code == 2
     assert "argument --train-size: 'lots' is not a valid train_size" in capsys.readouterr().err
 
 
 def test_one_name_per_idea_with_the_old_flags_as_aliases():
     """micro_batch, accumulation_steps, learning_rate, model_id: the same words in classes, flags and JSON."""
-    new = subparser("train").parse_args(["--output-dir", "o", "--micro-batch", "4", "--learning-rate", "3e-5"])
-    old = subparser("train").parse_args(["--output-dir", "o", "--batch-size", "4", "--lr", "3e-5"])
+    new = subparser("train").parse_args([*DATASET, "--output-dir", "o", "--micro-batch", "4",
+                                         "--learning-rate", "3e-5"])
+    old = subparser("train").parse_args([*DATASET, "--output-dir", "o", "--batch-size", "4", "--lr", "3e-5"])
     assert config_from_flags(DataConfig, new) == config_from_flags(DataConfig, old)
     assert config_from_flags(DataConfig, new).micro_batch == 4
     assert config_from_flags(TrainConfig, old).learning_rate == 3e-5

@@ -50,15 +50,25 @@ def test_package_metadata_names_the_same_repository():
 def test_the_sync_script_rewrites_a_forked_url(tmp_path):
     for name in ("book", "scripts"):
         subprocess.run(["cp", "-r", str(ROOT / name), str(tmp_path)], check=True)
-    (tmp_path / "pyproject.toml").write_text((ROOT / "pyproject.toml").read_text())
+    for name in ("pyproject.toml", "README.md"):
+        (tmp_path / name).write_text((ROOT / name).read_text())
     (tmp_path / "_config.yml").write_text((ROOT / "_config.yml").read_text().replace(
         configured_url(), "https://github.com/someone/fork"))
     done = subprocess.run([sys.executable, str(tmp_path / "scripts" / "sync_install_cell.py")],
                           capture_output=True, text=True, check=True)
     assert "someone/fork" in done.stdout
+    owner, name = configured_url().split("/")[-2:]
     for path in (tmp_path / "book").glob("*.ipynb"):
         text = path.read_text()
         assert f"git+https://github.com/someone/fork@{release_tag()}" in text and configured_url() not in text
+        assert f"colab.research.google.com/github/someone/fork/blob/main/book/{path.name}" in text
+        assert f"github/{owner}/{name}/" not in text
+    readme = (tmp_path / "README.md").read_text()
+    assert f"git+https://github.com/someone/fork@{release_tag()}" in readme
+    assert "git clone https://github.com/someone/fork && cd fork" in readme
+    assert "https://someone.github.io/fork/book/00_baseline.html" in readme
+    assert "colab.research.google.com/github/someone/fork/blob/main/book/00_baseline.ipynb" in readme
+    assert configured_url() not in readme and f"{owner}.github.io" not in readme
 
 
 def run_cell(monkeypatch, pip_result: subprocess.CompletedProcess, imported: tuple[str, ...] = (),

@@ -9,6 +9,8 @@ import pandas as pd
 import pytest
 import torch
 
+from cli_helpers import cli_args
+
 from bertmem.book.tickets import ticket_frame, write_tickets
 from bertmem.cli import build_parser, main
 from bertmem.data import DataConfig, load_frames, prepare_frame, subsample, tokenize_frame
@@ -174,9 +176,9 @@ def test_an_epoch_is_estimated_from_flops_with_a_measured_floor_per_micro_step()
     flops = bert.shape.training_flops(torch.tensor([512]))  # the bench's matmul count, one example
     assert big.seconds == pytest.approx(125 * 8 * flops / (t4.measured_tflops["fp16"] * 1e12))
     assert "estimated" in big.line() and "published rate" in big.line() and "matmul FLOPs" in big.line()
-    small = epoch_estimate(ModelWork(22_000_000), 1000, 40, 8, t4, "fp16")  # uncounted: 6 · parameters · tokens
+    small = epoch_estimate(ModelWork(22_000_000), 1000, 40, 8, t4, "fp16")  # uncounted: 6 · all parameters · tokens
     assert small.bound == "per-step floor" and small.seconds == pytest.approx(125 * micro_step_floor_seconds())
-    assert "6 · parameters · tokens" in small.line()
+    assert "6 · all parameters · tokens" in small.line()
     # the floor makes 8 × 4 slower than 32 × 1 for the same examples when steps are launch-bound
     assert epoch_estimate(ModelWork(22_000_000), 1024, 40, 8, t4, "fp16").seconds > \
         epoch_estimate(ModelWork(22_000_000), 1024, 40, 32, t4, "fp16").seconds
@@ -312,7 +314,8 @@ def test_explicit_batch_flags_win_over_the_recipe_and_small_errors_read_right(ca
     """--recipe book sets --effective-batch 32, but --micro-batch N --accumulation-steps M given by hand win."""
     from bertmem.experiments.fit import accumulation_for
 
-    args = build_parser().parse_args(["train", "--output-dir", "x", "--micro-batch", "8", "--accumulation-steps", "2"])
+    args = build_parser().parse_args(["train", "--dataset", "x", "--output-dir", "x", "--micro-batch", "8",
+                                     "--accumulation-steps", "2"])
     assert (args.micro_batch, args.accumulation_steps) == (8, 2)
     with pytest.raises(ValueError, match="the micro-batch 64 is larger than --effective-batch 32: use a micro-batch"):
         accumulation_for(32, 64)
@@ -393,3 +396,40 @@ def test_predict_says_what_it_assumes_and_survives_a_file_without_text(tmp_path,
         main(["predict", "--model", str(plain), "--dataset", str(empty), "--no-progress", "--output",
               str(tmp_path / "plain.csv")])
     assert "has no trained classes" in capsys.readouterr().err
+
+
+def test_train_keeps_its_model_by_default_and_prints_the_predict_command_that_reads_it(reviews_csv, tmp_path,
+                                                                                      capsys):
+    """No model flag given: the model is saved (as the Trainer and AutoTrain do) and the last lines say where, with
+    the `bertmem predict` command; that command, with a new file, labels it."""
+    out = tmp_path / "run"
+    assert main(cli_args(reviews_csv, out, "--max-steps", "2")) == 0
+    err = capsys.readouterr().err
+    assert (out / "model" / "bertmem.json").is_file() and (out / "model" / "config.json").is_file()
+    last = err.strip().splitlines()[-3:]
+    assert last[0].startswith(f"bertmem train: results in {out}: metrics.json")
+    command = last[2].strip()
+    assert command == f"bertmem predict --model {out / 'model'} --dataset NEW_FILE"
+    new = tmp_path / "new.csv"
+    pd.read_csv(reviews_csv).drop(columns="sentiment").head(5).to_csv(new, index=False)
+    assert main(command.replace("NEW_FILE", str(new)).split()[1:] + ["--no-progress"]) == 0
+    assert len(pd.read_csv(tmp_path / "new-predictions.csv")) == 5
+
+
+def test_no_save_model_keeps_none_and_says_so(reviews_csv, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(cli_args(reviews_csv, out, "--max-steps", "1", "--no-save-model")) == 0
+    assert not (out / "model").exists()
+    assert "no model kept (--no-save-model)" in capsys.readouterr().err.strip().splitlines()[-1]
+
+
+def test_under_fsdp_the_default_saves_nothing_and_an_asked_save_is_refused(reviews_csv, tmp_path, capsys,
+                                                                          monkeypatch):
+    """Rank 0 alone cannot write weights FSDP shards across processes (chapter 7's runs pass --no-save-model)."""
+    monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
+    with pytest.raises(SystemExit) as stop:
+        main(cli_args(reviews_csv, tmp_path / "asked", "--max-steps", "1", "--save-model"))
+    assert stop.value.code == 2 and "--save-model under FSDP is not supported" in capsys.readouterr().err
+    assert main(cli_args(reviews_csv, tmp_path / "default", "--max-steps", "1")) == 0
+    assert "no model saved under FSDP" in capsys.readouterr().err
+    assert not (tmp_path / "default" / "model").exists()

@@ -195,7 +195,7 @@ def test_an_existing_run_is_refused_unless_overwrite(tmp_path, reviews_csv, caps
     assert main(cli_args(reviews_csv, out, "--max-steps", "1", "--save-model")) == 0
     code, err = exit_message(capsys, cli_args(reviews_csv, out, "--max-steps", "1"))
     assert code == 2 and "already holds a run" in err and "--overwrite" in err
-    assert main(cli_args(reviews_csv, out, "--max-steps", "1", "--overwrite")) == 0
+    assert main(cli_args(reviews_csv, out, "--max-steps", "1", "--overwrite", "--no-save-model")) == 0
     assert not (out / "model").exists()  # no stale model next to the new metrics
 
 

@@ -36,6 +36,7 @@ from bertmem.book.wording import (
     lora_and_freezing,
     pace,
     peak_change,
+    percent_side,
     plural,
     quadratic_claim,
     relative_size,
@@ -49,6 +50,12 @@ from bertmem.book.wording import (
                                          (1 + BAND / 2, "about as fast"), (1 + 2 * BAND, "slower"), (3, "slower")])
 def test_pace_flips_at_the_band(ratio, word):
     assert pace(ratio) == word
+
+
+@pytest.mark.parametrize("ratio, words", [(263.11 / 289.91, "9% below"), (336.33 / 289.91, "16% above"),
+                                          (1.0, "within a few percent of"), (1 + BAND / 2, "within a few percent of")])
+def test_percent_side_flips_at_the_band(ratio, words):
+    assert percent_side(ratio) == words
 
 
 @pytest.mark.parametrize("ratio, word", [(0.5, "smaller"), (1.0, "about as large"), (1.2, "larger")])

@@ -216,6 +216,41 @@ def test_intro_table_matches_the_notebooks_and_the_estimates():
     assert block.count("\n|") >= 11  # header, rule, nine chapters, the total
 
 
+def test_intro_notes_kaplan_figure_is_six_times_the_non_embedding_parameters_and_its_words_follow_it():
+    """Kaplan et al.'s N leaves out the embeddings: the note's 6 · N · tokens is the classifier's parameters less
+    its embeddings module's (counted here by name, on the meta device), and "below"/"above" come from the figures."""
+    import re
+    import sys
+
+    from transformers import BertForSequenceClassification
+
+    from bertmem.memory.estimate import model_config
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import sync_chapter_minutes
+
+    gpu = get_profile("gpu", env={})
+    with torch.device("meta"):
+        model = BertForSequenceClassification(model_config(gpu.model_id))
+    non_embedding = sum(p.numel() for name, p in model.named_parameters() if not name.startswith("bert.embeddings."))
+    assert non_embedding < BERT_BASE - 23_000_000  # the word embeddings alone are 30,522 × 768
+    intro = (ROOT / "book" / "intro.md").read_text(encoding="utf-8")
+    stated = re.search(r"with N the ([\d.]+) M non-embedding parameters, gives ([\d.]+) GFLOP, (\d+)% (below|above) "
+                       r"it.*?6 · all parameters · tokens, gives ([\d.]+) GFLOP, (\d+)% (below|above) it", intro)
+    assert stated, "book/intro.md's note has no Kaplan figure: run python scripts/sync_chapter_minutes.py"
+    counted = BERT_BASE_WORK.example_flops(gpu.max_length)
+    kaplan, every = 6 * non_embedding * gpu.max_length, 6 * BERT_BASE * gpu.max_length
+    assert stated.group(1) == f"{non_embedding / 1e6:.1f}" and stated.group(2) == f"{kaplan / 1e9:.2f}"
+    assert stated.group(3, 4) == (f"{100 * (1 - kaplan / counted):.0f}", "below")  # attention's products left out
+    assert stated.group(5) == f"{every / 1e9:.2f}" and stated.group(7) == "above"  # the embeddings counted
+    # the words flip with the figures: the same parameters against a smaller, a larger and an equal count
+    note = sync_chapter_minutes.flop_note
+    smaller = note(gpu.max_length, kaplan / 1.2, BERT_BASE, non_embedding)
+    assert "non-embedding parameters, gives" in smaller and smaller.count("20% above it") == 1
+    assert note(gpu.max_length, every * 1.25, BERT_BASE, non_embedding).count("% below it") == 2
+    assert "within a few percent of it" in note(gpu.max_length, kaplan, BERT_BASE, non_embedding)
+
+
 def test_measured_minutes_reads_execution_timestamps(tmp_path):
     import json
     import sys

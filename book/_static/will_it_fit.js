@@ -206,7 +206,8 @@
   // What one training example of `tokens` tokens costs the chosen model and member, as the time estimate counts
   // it (bertmem.memory.speed.ModelWork.example_flops): its matrix multiplies (chapter 5's count,
   // bertmem.model.matmuls.MatmulShape), forward and backward, and with gradient checkpointing the forward of
-  // the layers backward reaches once more; or 6 · parameters · tokens where the count does not cover the model (its row is null). The data name
+  // the layers backward reaches once more; or the fallback 6 · all parameters · tokens where the count does not
+  // cover the model (its row is null; not Kaplan et al.'s 6N, whose N leaves out the embeddings). The data name
   // each row's numbers (work.fields).
   function workOf(choice) {
     const work = data().work;
@@ -251,7 +252,7 @@
     const source = rate.tflops.toFixed(1) + " TFLOP/s, " + (rate.measured ? "a BERT fine-tune's published rate on it"
       : (100 * card.utilisation).toFixed(0) + "% of its datasheet peak (assumed)");
     const counted = work.counted ? "matmul FLOPs as chapter 5 counts them"
-      : "6 · parameters · tokens (the matmul count does not cover this model)";
+      : "6 · all parameters · tokens (the matmul count does not cover this model)";
     const basis = counted + " at " + source + "; no micro-step under A3's " + (1000 * floor).toFixed(0)
       + " ms, measured for bert-base at micro-batch 8 on an H200";
     const minutes = seconds / 60;

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -13,6 +14,7 @@ from bertmem.core.runtime import colab_runs_root, on_colab, where_runs_live
 from bertmem.core.units import GIB
 from bertmem.experiments.fit import FitRequest
 from bertmem.experiments.predict import PredictConfig
+from bertmem.loop.accelerate_loop import fsdp_launched
 from bertmem.memory.planner import PlanRequest
 from bertmem.memory.speed import EpochRequest
 from bertmem.profiles import get_profile
@@ -35,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser("train", allow_abbrev=False,
                        help="fine-tune once and write metrics.json, config.json, loss.png and confusion.png")
     add_config_flags(t, RunConfig, profile.run_config())
-    add_config_flags(t, DataConfig, profile.data_config())
+    add_config_flags(t, DataConfig, profile.data_config(), required=("dataset",))  # never a silent IMDb run
     add_config_flags(t, TrainConfig, profile.train_config())
     add_config_flags(t, FitRequest)
     t.add_argument("--recipe", choices=tuple(RECIPES), help="a preset of flags: book = chapter 5's full recipe ("
@@ -138,6 +140,14 @@ def train_main(args: argparse.Namespace) -> dict:
                          "--micro-batch N")
     planned = run.model_id != TINY_MODEL and (auto or on_cuda(run.device) or fit.memory is not None
                                               or fit.effective_batch is not None)
+    if run.save_model and fsdp_launched():  # rank 0 alone cannot write weights that FSDP shards across processes
+        if "--save-model" in given:
+            raise ValueError("--save-model under FSDP is not supported: each process holds a shard of the weights; "
+                             "train with DDP (accelerate launch --multi_gpu) to keep the model, or pass "
+                             "--no-save-model")
+        run = dataclasses.replace(run, save_model=False)
+        print("bertmem train: no model saved under FSDP (each process holds a shard of the weights); train with "
+              "DDP to keep one", file=sys.stderr)
     if run.checkpoint_dir:
         where = where_runs_live(Path(run.output_dir).absolute())
         print(f"bertmem train: {checkpoint_plan(run)}; {where}", file=sys.stderr, flush=True)
@@ -152,8 +162,22 @@ def train_main(args: argparse.Namespace) -> dict:
         print(f"bertmem train: {saved['saves']} checkpoints took {saved['time_s']:.1f} s, {100 * share:.1f} % of "
               f"the time spent training and saving{advice}", file=sys.stderr)
     print(class_summary(summary["final"], summary), file=sys.stderr)
+    print(kept_files(run), file=sys.stderr)
     print(json.dumps({"output_dir": args.output_dir, **summary["final"]}))
     return summary
+
+
+def kept_files(run) -> str:
+    """The run's last lines: where its results and model are, and the command that labels new rows with it (A1)."""
+    folder = Path(run.output_dir)
+    lines = [f"bertmem train: results in {folder}: metrics.json (per-class scores), confusion.png, loss.png"]
+    if run.save_model:
+        lines.append(f"bertmem train: model in {folder / 'model'}; label new rows with:\n"
+                     f"  bertmem predict --model {folder / 'model'} --dataset NEW_FILE")
+    else:
+        lines.append("bertmem train: no model kept (--no-save-model): rerun without it to label new rows with "
+                     "bertmem predict")
+    return "\n".join(lines)
 
 
 def given_flags(argv: list[str]) -> set[str]:
@@ -240,7 +264,7 @@ RECIPES = {"book": ("--precision", "auto", "--attention", "sdpa", "--group-by-le
 def recipe_defaults(name: str, train_parser: argparse.ArgumentParser) -> dict:
     """The preset's flags as parser defaults (dest -> value), parsed by the train parser itself."""
     flags = RECIPES[name]
-    parsed = train_parser.parse_args([*flags, "--output-dir", "-"])
+    parsed = train_parser.parse_args([*flags, "--dataset", "-", "--output-dir", "-"])  # placeholders: not read
     dests = {a.dest for a in train_parser._actions for opt in a.option_strings if opt in flags}
     return {dest: getattr(parsed, dest) for dest in dests}
 

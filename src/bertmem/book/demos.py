@@ -127,7 +127,7 @@ def launch_two_processes(strategy: str, output_dir: Path, model: str, dataset: s
                "--main_process_port", str(port), "-m", "bertmem", "train", "--backend", "accelerate",
                "--model", model, "--dataset", dataset, "--train-size", "64", "--eval-size", "16",
                "--max-length", "64", "--micro-batch", "4", "--max-steps", "4", "--precision", "fp32",
-               "--device", "cpu", "--no-progress", "--output-dir", str(output_dir)]
+               "--device", "cpu", "--no-progress", "--no-save-model", "--output-dir", str(output_dir)]
     env = dict(os.environ, OMP_NUM_THREADS="1")  # two processes on two cores
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout)
     if done.returncode:

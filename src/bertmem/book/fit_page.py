@@ -435,7 +435,8 @@ def page_data(models: Iterable[str] = tuple(KNOWN_MODELS), lengths: Iterable[int
 def work_entry(model_id: str) -> dict[str, Any]:
     """What a training example costs the model and each member of its families, as the time estimate counts it
     (`bertmem.memory.estimate.model_work`): its matmul shape per member (`WORK_FIELDS`), None where the count does
-    not cover it, with the parameters for 6 · parameters · tokens then (`bertmem.memory.stored.stored_work`)."""
+    not cover it, with the parameters for the fallback 6 · all parameters · tokens then
+    (`bertmem.memory.stored.stored_work`)."""
     full = model_work(model_id)
     config = model_config(model_id)
     return {"parameters": full.parameters, "layers": config.num_hidden_layers, "hidden": config.hidden_size,

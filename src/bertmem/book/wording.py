@@ -20,6 +20,12 @@ def compare(ratio: float, lower: str, higher: str, same: str, band: float = BAND
     return higher if ratio > 1 + band else same
 
 
+def percent_side(ratio: float) -> str:
+    """'9% below', '16% above' or 'within a few percent of' for a count against a reference count (the
+    introduction's minutes note, A3: 6N FLOPs against the matmul count)."""
+    return compare(ratio, f"{1 - ratio:.0%} below", f"{ratio - 1:.0%} above", "within a few percent of")
+
+
 def pace(time_ratio: float) -> str:
     """'faster', 'slower' or 'about as fast' for a time ratio against a reference (chapters 2, 3, 8)."""
     return compare(time_ratio, "faster", "slower", "about as fast")

@@ -66,12 +66,21 @@ def flag_name(f: dataclasses.Field) -> str:
     return f.metadata.get("flag", "--" + f.name.replace("_", "-"))
 
 
-def add_config_flags(parser: argparse.ArgumentParser, cls, defaults=None, skip: tuple[str, ...] = ()) -> None:
-    """Add one flag per helped field of `cls`, defaults from the instance `defaults` (else the field's)."""
+def add_config_flags(parser: argparse.ArgumentParser, cls, defaults=None, skip: tuple[str, ...] = (),
+                     required: tuple[str, ...] = ()) -> None:
+    """Add one flag per helped field of `cls`, defaults from the instance `defaults` (else the field's); the fields
+    in `required` (or with metadata `required`) have no default: the command stops without them."""
     hints = typing.get_type_hints(cls)
     group = parser.add_argument_group(cls.__name__, (cls.__doc__ or "").splitlines()[0])
     for f in flag_fields(cls):
         if f.name in skip:
+            continue
+        if f.name in required or f.metadata.get("required"):
+            names = (flag_name(f), *f.metadata.get("aliases", ()))
+            convert = f.metadata.get("parse") or _parser_for(hints[f.name])[0]
+            group.add_argument(*names, dest=f.name, type=_friendly(convert, f.name), required=True,
+                               metavar=f.metadata.get("metavar"), choices=f.metadata.get("choices"),
+                               help=f.metadata["help"] + " (required)")
             continue
         default = f.metadata.get("cli_default", getattr(defaults, f.name) if defaults is not None else f.default)
         convert, is_bool = (f.metadata["parse"], False) if "parse" in f.metadata else _parser_for(hints[f.name])

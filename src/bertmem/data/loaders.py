@@ -69,10 +69,11 @@ class DataConfig(RefusesRenamed):
     delimiter: str | None = field(default=None, metadata={
         "help": "a delimited file's delimiter (default: tab for .tsv, else the one that splits the header)"})
     train_size: int | None = field(default=1000, metadata={
-        "help": "training examples, or 'all'", "parse": parse_size})
+        "help": "training examples, or 'all' (default on the command line: every training row of a file; the "
+                "profile's subset of a dataset name)", "parse": parse_size})
     eval_size: int | None = field(default=500, metadata={
-        "help": "evaluation examples, or 'all' (a single file: a stratified fifth of its rows held out)",
-        "parse": parse_size})
+        "help": "evaluation examples, or 'all' (default on the command line: a stratified fifth of a file held "
+                "out, or all of --eval-dataset; the profile's subset of a dataset name)", "parse": parse_size})
     balance: bool = field(default=False, metadata={
         "help": "draw the same number of training examples per class (default: keep the classes' proportions)"})
     max_length: int = field(default=256, metadata={"help": "tokens per example (longer ones are cut)"})

@@ -42,8 +42,9 @@ class PredictConfig(RefusesRenamed):
     """What to label and how: the saved model, the file, its columns, the reading, the output (A1)."""
 
     model_id: str = field(default="", metadata={
-        "help": "the model folder `bertmem train --save-model` wrote (OUTPUT_DIR/model)", "flag": "--model"})
-    dataset: str = field(default="", metadata={"help": "the CSV/JSON/Parquet file of texts to label"})
+        "help": "the model folder `bertmem train` wrote (OUTPUT_DIR/model)", "flag": "--model", "required": True})
+    dataset: str = field(default="", metadata={"help": "the CSV/JSON/Parquet file of texts to label",
+                                               "required": True})
     output: str | None = field(default=None, metadata={
         "help": "the CSV to write (default: <file>-predictions.csv beside the input)"})
     text_column: str | None = field(default=None, metadata={

@@ -33,14 +33,18 @@ def accelerator_for(config: TrainConfig, device: str | None = None, **kwargs):
                        mixed_precision=ACCELERATE_PRECISION[choice.precision], cpu=device_type == "cpu", **kwargs)
 
 
-def fsdp_requested_on_cpu(accelerator) -> bool:
-    """`accelerate launch --use_fsdp` on CPU processes: Accelerate falls back to plain MULTI_CPU (DDP) there."""
+def fsdp_launched() -> bool:
+    """This process was started by `accelerate launch --use_fsdp` (chapter 7)."""
     import os
 
+    return os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true"
+
+
+def fsdp_requested_on_cpu(accelerator) -> bool:
+    """`accelerate launch --use_fsdp` on CPU processes: Accelerate falls back to plain MULTI_CPU (DDP) there."""
     from accelerate.utils import DistributedType
 
-    return (os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true"
-            and accelerator.distributed_type == DistributedType.MULTI_CPU)
+    return fsdp_launched() and accelerator.distributed_type == DistributedType.MULTI_CPU
 
 
 def shard_with_fsdp2(model: torch.nn.Module) -> torch.nn.Module:

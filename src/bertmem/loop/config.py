@@ -64,7 +64,9 @@ class RunConfig(RefusesRenamed):
         "parse": minutes_or_auto, "cli_default": "auto"})
     resume: bool = field(default=False, metadata={
         "help": "continue from OUTPUT_DIR/checkpoint.pt (and keep checkpointing there)"})
-    save_model: bool = field(default=False, metadata={"help": "save the fine-tuned model to OUTPUT_DIR/model"})
+    save_model: bool = field(default=False, metadata={  # Python: off (a chapter's many runs keep no model)
+        "help": "save the fine-tuned model to OUTPUT_DIR/model, the folder `bertmem predict --model` reads; on by "
+                "default for bertmem train (--no-save-model skips it)", "cli_default": True})
     overwrite: bool = field(default=False, metadata={
         "help": "replace the results of a previous run in OUTPUT_DIR"})  # else such a folder is refused
     RENAMED = {"model": "model_id"}

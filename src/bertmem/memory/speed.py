@@ -2,7 +2,7 @@
 micro-step (`bertmem train`'s plan, `bertmem plan`; chapters' minutes use the FLOP count alone).
 
 Training costs the model's matrix multiplies (`bertmem.model.matmuls`, the count the bench's MFU divides; for an
-architecture the count does not cover, 6 · parameters · tokens, Kaplan et al., 2020) at the rate a BERT fine-tune
+architecture the count does not cover, the book's fallback 6 · all parameters · tokens) at the rate a BERT fine-tune
 reaches on the card (`Card.training_tflops`, in the same count: measured where the book has a measurement, else
 the datasheet peak times an assumed utilisation). Every example is taken at the mean length, so attention's
 s² is counted at the mean's square, a little under the mean of the squares. A FLOP count alone gives 8 × 4 and
@@ -25,15 +25,17 @@ from bertmem.model.matmuls import MatmulShape
 
 
 def six_n_flops(num_params: int, tokens: float) -> float:
-    """6 · parameters · tokens: one forward and backward pass over `tokens` (Kaplan et al., 2020), for an
-    architecture the matmul count does not cover."""
+    """6 · all parameters · tokens: the book's fallback for one forward and backward pass over `tokens` of an
+    architecture the matmul count does not cover. It counts the embeddings, which multiply nothing, and leaves out
+    attention's products; Kaplan et al. (2020)'s C ≈ 6N per token takes N as the non-embedding parameters only
+    (`bertmem.model.matmuls.non_embedding_parameters`)."""
     return 6.0 * num_params * tokens
 
 
 @dataclass(frozen=True)
 class ModelWork:
     """What one training example costs a model, as the time estimate counts it: its matrix multiplies, or
-    6 · parameters · tokens where the count does not cover the architecture (`shape` None)."""
+    the fallback 6 · all parameters · tokens where the count does not cover the architecture (`shape` None)."""
 
     parameters: int
     shape: MatmulShape | None = None
@@ -57,7 +59,7 @@ class ModelWork:
     def counted_as(self) -> str:
         """How the FLOPs were counted, for the estimate's basis line."""
         return ("matmul FLOPs as chapter 5 counts them" if self.shape is not None
-                else "6 · parameters · tokens (the matmul count does not cover this model)")
+                else "6 · all parameters · tokens (the matmul count does not cover this model)")
 
 
 BOOK_EXAMPLES = 25_000  # IMDb's training reviews: the epoch the estimates assume unless told another

@@ -77,7 +77,7 @@ WORK_FIELDS = ("per_token", "per_example", "per_token_trained", "per_example_tra
 
 def work_row(work: ModelWork) -> list[int] | None:
     """A member's matmul shape as the stored lines and the page keep it (`WORK_FIELDS`), or None where the count
-    does not cover the model (6 · parameters · tokens then)."""
+    does not cover the model (the fallback 6 · all parameters · tokens then)."""
     return None if work.shape is None else [getattr(work.shape, name) for name in WORK_FIELDS]
 
 

@@ -7,8 +7,10 @@ each for hidden size d). The backward pass computes the gradient of every produc
 of every trained weight (as many as that weight's forward): a full fine-tune costs three times its forward pass,
 LoRA a little over two. With chapter 8's frozen lower layers (and embeddings) no backward runs below the first
 trained layer. Gradient checkpointing's second forward is not model work and is not counted here (the time estimates
-add it). The often-quoted 6 · parameters · tokens (Kaplan et al., 2020) also counts the embeddings, which do no
-matrix multiply, and leaves out attention's products. The count holds for the encoders of `COUNTED_TYPES`: BERT-like
+add it). Kaplan et al. (2020)'s C ≈ 6N FLOPs per token takes N as the non-embedding parameters
+(`non_embedding_parameters`) and leaves out attention's products; 6 · all parameters · tokens, the time estimates'
+fallback for an architecture this count does not cover (`bertmem.memory.speed.six_n_flops`), also counts the
+embeddings, which do no matrix multiply. The count holds for the encoders of `COUNTED_TYPES`: BERT-like
 ones, and ModernBERT where it runs padded batches (its SDPA and eager attention in transformers 5, which mask the
 sliding window rather than skip it; with FlashAttention it unpads and is refused). Other architectures (shared
 layers, relative-position attention) refuse."""
@@ -20,6 +22,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from bertmem.model.adapters import embeddings_module
 from bertmem.model.loading import find_encoder_layers
 
 COUNTED_TYPES = ("bert", "roberta", "xlm-roberta", "camembert", "electra", "distilbert", "modernbert")
@@ -129,4 +132,14 @@ def counted_shape(model: nn.Module) -> MatmulShape | None:
         return None
 
 
-__all__ = ["COUNTED_TYPES", "MatmulShape", "counted_shape", "frozen_bottom_layers", "matmul_shape"]
+def non_embedding_parameters(model: nn.Module) -> int:
+    """The classifier's parameters less its embeddings module's (word, position and token-type embeddings and
+    their LayerNorm), which look tokens up and multiply nothing: N in Kaplan et al. (2020)'s C ≈ 6N FLOPs per
+    token (the introduction's minutes note, A3). Works on a model built on the meta device."""
+    owner = embeddings_module(model, model.get_input_embeddings())
+    embedding = {id(p) for p in owner.parameters()} if owner is not None else set()
+    return sum(p.numel() for p in model.parameters() if id(p) not in embedding)
+
+
+__all__ = ["COUNTED_TYPES", "MatmulShape", "counted_shape", "frozen_bottom_layers", "matmul_shape",
+           "non_embedding_parameters"]
