@@ -145,8 +145,8 @@ COLAB_LINE = re.compile(r"^\[Open in Colab\]\(https://colab\.research\.google\.c
 
 def colab_line(notebook_name: str) -> str:
     """The line under a notebook's title: a text link (the offline site test refuses external images)."""
-    return (f"[Open in Colab]({colab_link('book/' + notebook_name)}): it asks for a T4 runtime; its first cell "
-            "installs the helper package.")
+    return (f"[Open in Colab]({colab_link('book/' + notebook_name)}): it asks for a T4 runtime; its first code "
+            "cell installs the helper package.")
 
 
 def add_colab_link(notebook: dict, notebook_name: str) -> bool:

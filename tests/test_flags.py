@@ -156,3 +156,20 @@ def test_a_bad_environment_variable_is_one_line_not_a_traceback(capsys, monkeypa
     assert main(["plan", "--json"]) == 2
     err = capsys.readouterr().err
     assert "BERTMEM_BATCH_SIZE is now BERTMEM_MICRO_BATCH" in err and len(err.strip().splitlines()) == 1
+
+
+def test_hugging_faces_flag_names_are_aliases_of_ours():
+    """TrainingArguments' and the example scripts' names, for readers who come from the Trainer."""
+    ours = subparser("train").parse_args([*DATASET, "--output-dir", "o", "--accumulation-steps", "4", "--epochs", "2",
+                                          "--micro-batch", "16", "--max-length", "128", "--label-column", "topic"])
+    theirs = subparser("train").parse_args([*DATASET, "--output-dir", "o", "--gradient-accumulation-steps", "4",
+                                            "--num-train-epochs", "2", "--per-device-train-batch-size", "16",
+                                            "--max-seq-length", "128", "--label-column-name", "topic"])
+    assert vars(ours) == vars(theirs) and (ours.accumulation_steps, ours.epochs) == (4, 2)
+    assert subparser("plan").parse_args(["--max-seq-length", "384"]).max_length == 384  # plan and train alike
+
+
+def test_an_alias_counts_as_its_flag_where_a_rule_asks_what_was_given(capsys):
+    with pytest.raises(SystemExit) as stop:
+        main(["train", *DATASET, "--output-dir", "out", "--micro-batch", "auto", "--gradient-accumulation-steps", "2"])
+    assert stop.value.code == 2 and "--micro-batch auto plans the accumulation steps" in capsys.readouterr().err

@@ -35,11 +35,27 @@ def test_the_first_screen_holds_the_website_the_colab_links_the_install_line_and
     for path in NOTEBOOKS:  # every notebook: its page and its Colab link
         assert colab_link(f"book/{path.name}") in top, path.name
         assert site_link(f"book/{path.stem}.html") in top, path.name
-    assert f'pip install "bertmem[cpu-model] @ git+{configured_url()}@{release_tag()}"' in top
-    assert "--index-url https://download.pytorch.org/whl/cpu" in top  # the CPU wheel line
+    for page in toc_pages():  # the chapter list is complete: every page of the site's table of contents
+        assert site_link(f"{page}.html") in top, page
+    package = top.index(f'pip install "bertmem[cpu-model] @ git+{configured_url()}@{release_tag()}"')
+    assert top.index("pip install torch --index-url https://download.pytorch.org/whl/cpu") < package  # torch first
     assert re.search(r"^make book\s", top, flags=re.MULTILINE) and re.search(r"^make test\s", top, flags=re.MULTILINE)
     assert all(f"bertmem {command} " in top for command in ("plan", "train", "predict"))
-    assert "[CONTRIBUTING.md](CONTRIBUTING.md)" in README and (ROOT / "CONTRIBUTING.md").is_file()
+    assert README.count("(CONTRIBUTING.md)") == 1 and (ROOT / "CONTRIBUTING.md").is_file()  # linked once
+
+
+def toc_pages() -> list[str]:
+    """The site's pages but its front matter (the introduction, the bibliography)."""
+    files = re.findall(r"^\s*(?:- )?(?:file|root): (\S+)", (ROOT / "_toc.yml").read_text(), flags=re.MULTILINE)
+    return [f for f in files if not f.endswith(("intro", "bibliography"))]
+
+
+def test_the_subcommands_the_readme_counts_are_the_parsers():
+    said = re.search(r"then has (\w+) subcommands: (.+?)\.", " ".join(README.split()))
+    assert said, "the README says which subcommands bertmem has"
+    commands = set(re.findall(r"`(\w+)`", said.group(2)))
+    parser_commands = set(build_parser()._subparsers._group_actions[0].choices)
+    assert commands == parser_commands and said.group(1) == {3: "three", 4: "four", 5: "five"}[len(commands)]
 
 
 def test_the_readme_states_make_books_minutes_as_recorded():
@@ -74,26 +90,45 @@ def test_every_pip_extra_the_docs_name_exists():
 
 
 def bertmem_lines(text: str) -> list[str]:
-    """Every `bertmem ...` command in the text's code blocks, continuations joined and comments dropped; lines with
-    '...' stand for a longer command and are left out."""
+    """Every `bertmem ...` command in the text's code blocks (also after `accelerate launch ... -m`), continuations
+    joined and comments dropped; '...' (the rest of an earlier command) becomes a dataset and an output folder."""
     lines = []
     for block in re.findall(r"```bash\n(.*?)```", text, flags=re.DOTALL):
         for line in block.replace("\\\n", " ").splitlines():
             line = line.split("  #")[0].split(" # ")[0].strip()
-            if line.startswith("bertmem ") and "..." not in line:
-                lines.append(line)
+            line = line.split("-m bertmem ", 1)[1] if "-m bertmem " in line else line.removeprefix("bertmem ")
+            if line != line.lstrip("-") or not line.split() or line.split()[0] not in SUBCOMMANDS:
+                continue
+            lines.append("bertmem " + line.replace("...", "--dataset x.csv --output-dir o"))
     return lines
+
+
+SUBCOMMANDS = ("train", "plan", "predict", "bench")
 
 
 def test_every_bertmem_command_the_readme_gives_parses():
     lines = bertmem_lines(README)
-    assert len(lines) >= 8 and {line.split()[1] for line in lines} >= {"plan", "train", "predict"}
+    assert len(lines) >= 15 and {line.split()[1] for line in lines} >= {"plan", "train", "predict"}
     parser = build_parser()
     for line in lines:
         try:
             parser.parse_args(shlex.split(line)[1:])
         except SystemExit:
             pytest.fail(f"the README's command does not parse: {line}")
+
+
+# flags of other programs the docs mention: pip, pytest, accelerate, the scripts
+OTHER_PROGRAMS = {"--index-url", "--nbval-lax", "--config_file", "--dry-run", "--cpu-work", "--jobs", "--as-t4",
+                  "--notebooks-longest-first", "--use_fsdp", "--multi_gpu"}
+
+
+@pytest.mark.parametrize("name", sorted(DOCS))
+def test_every_flag_the_docs_name_is_one_bertmem_or_another_program_takes(name):
+    known = {o for p in build_parser()._subparsers._group_actions[0].choices.values() for a in p._actions
+             for o in a.option_strings}
+    named = set(re.findall(r"(?<![\w-])(--[a-z][\w-]*[a-z0-9])", DOCS[name]))
+    assert named, f"{name} names no flag"
+    assert named <= known | OTHER_PROGRAMS, f"{name}: {sorted(named - known - OTHER_PROGRAMS)} are no flags"
 
 
 def test_a_mistyped_flag_is_caught():
@@ -108,4 +143,3 @@ def test_every_notebook_links_to_colab_under_its_title(path):
     first = next(c for c in notebook["cells"] if c["cell_type"] == "markdown")
     lines = [line for line in "".join(first["source"]).splitlines() if line.strip()]
     assert lines[0].startswith("# ") and lines[1] == colab_line(path.name), "run python scripts/sync_install_cell.py"
-    assert f"/blob/main/book/{path.name})" in lines[1]

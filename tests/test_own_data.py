@@ -208,12 +208,25 @@ def plan_json(capsys, *argv) -> dict:
 def test_plan_prints_the_train_command_that_runs_it_with_the_same_flags(capsys):
     plan = plan_json(capsys, "--memory", "t4", "--max-length", "256")
     command = plan["train_command"]
-    assert command.startswith("bertmem train --dataset YOUR_FILE.csv --output-dir runs/mine --model ")
-    assert f"--micro-batch {plan['micro_batch']} --accumulation-steps {plan['accumulation_steps']}" in command
+    assert command.startswith("bertmem train --dataset YOUR_FILE.csv --output-dir runs/mine --recipe book --model ")
+    assert command.endswith("--effective-batch 32 --micro-batch auto") and "--memory t4" in command
     assert "--precision auto" in command and plan["request"]["precision"] == "fp16"  # auto: fp16 on a T4
     args = build_parser().parse_args(command.split()[1:])  # every flag is one `bertmem train` knows
-    assert (args.micro_batch, args.accumulation_steps, args.max_length, args.precision) == (
-        plan["micro_batch"], plan["accumulation_steps"], 256, "auto")
+    assert (args.micro_batch, args.memory, args.effective_batch, args.max_length, args.precision) == (
+        "auto", "t4", 32, 256, "auto")
+    assert "--memory" not in plan_json(capsys, "--memory", "auto")["train_command"]  # auto: the GPU in use
+
+
+def test_the_train_command_plan_prints_runs_and_plans_as_plan_did(tiny_model_dir, reviews_csv, tmp_path, capsys):
+    """The printed command, with the reader's file, folder and columns (and a short run) added, trains."""
+    plan = plan_json(capsys, "--model", str(tiny_model_dir), "--memory", "t4", "--max-length", "64",
+                     "--effective-batch", "16")
+    command = plan["train_command"].replace("YOUR_FILE.csv", str(reviews_csv))
+    command = command.replace("runs/mine", str(tmp_path / "run")).split()[1:]
+    assert main(command + ["--text-column", "review", "--label-column", "sentiment", "--train-size", "48",
+                           "--eval-size", "16", "--max-steps", "1", "--no-progress"]) == 0
+    ran = json.loads((tmp_path / "run" / "metrics.json").read_text())["plan"]
+    assert ran["budget"] == "a Colab T4" and ran["micro_batch"] * ran["accumulation_steps"] == 16
     assert plan_json(capsys, "--memory", "l4", "--max-length", "256")["request"]["precision"] == "bf16"
 
 

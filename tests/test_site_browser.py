@@ -515,8 +515,10 @@ def test_will_it_fit_opens_on_the_recipe_keeps_the_choice_in_its_address_and_pri
     plan_line = browser.find_element(By.ID, "wif-plan-command").text
     train_line = browser.find_element(By.ID, "wif-train-command").text
     assert plan_line.startswith("bertmem plan ") and "--memory 11264MiB" in plan_line
-    assert main_json(shlex.split(plan_line)[1:]) == {k: answer[k] for k in ("micro_batch", "accumulation_steps",
-                                                                             "estimated_peak_bytes")}
+    planned = main_json(shlex.split(plan_line)[1:])
+    assert {k: planned[k] for k in ("micro_batch", "accumulation_steps", "estimated_peak_bytes")} == {
+        k: answer[k] for k in ("micro_batch", "accumulation_steps", "estimated_peak_bytes")}
+    assert train_line == planned["train_command"]  # the page's train command is the one `bertmem plan` prints
     train = build_parser().parse_args(shlex.split(train_line)[1:])  # every flag `bertmem train` takes
     assert (train.micro_batch, train.memory, train.effective_batch, train.lora_r) == ("auto", "11264MiB", 48, 8)
     # a rank and a number of frozen layers are kept in the address too
@@ -581,5 +583,5 @@ def main_json(argv: list[str]) -> dict:
     with contextlib.redirect_stdout(out):
         assert main([*argv, "--json"]) == 0
     plan = json.loads(out.getvalue())
-    return {k: plan[k] for k in ("micro_batch", "accumulation_steps", "estimated_peak_bytes")} | (
+    return {k: plan[k] for k in ("micro_batch", "accumulation_steps", "estimated_peak_bytes", "train_command")} | (
         {"epoch": plan["epoch"]["line"]} if plan["epoch"] else {})

@@ -183,8 +183,9 @@
     if (choice.tokens !== null) epoch.push("--tokens-per-example", String(choice.tokens));
     return {
       plan: ["bertmem plan", ...flags, ...epoch].join(" "),
-      train: ["bertmem train --dataset YOUR_FILE.csv --output-dir runs/mine", ...flags, "--micro-batch auto"]
-        .join(" "),
+      // bertmem.memory.planner.Plan.train_command prints the same (tests/test_site_browser.py)
+      train: ["bertmem train --dataset YOUR_FILE.csv --output-dir runs/mine --recipe book", ...flags,
+        "--micro-batch auto"].join(" "),
     };
   }
 

@@ -35,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
                                      description="Fine-tune BERT-family classifiers on a memory budget.")
     sub = parser.add_subparsers(dest="command", required=True)
     t = sub.add_parser("train", allow_abbrev=False,
-                       help="fine-tune once and write metrics.json, config.json, loss.png and confusion.png")
+                       help="fine-tune once and write metrics.json, config.json, loss.png, confusion.png and the model")
     add_config_flags(t, RunConfig, profile.run_config())
     add_config_flags(t, DataConfig, profile.data_config(), required=("dataset",))  # never a silent IMDb run
     add_config_flags(t, TrainConfig, profile.train_config())
@@ -92,6 +92,7 @@ def plan_main(args: argparse.Namespace) -> dict:
     plan = plan_micro_batch(config_from_flags(PlanRequest, args, memory_bytes=memory, cuda_context_bytes=context,
                                               precision=precision), fresh=args.fresh)
     plan.precision_asked = args.precision  # the command keeps 'auto': the card's choice on the card, fp32 on a CPU
+    plan.memory_asked = args.memory_bytes  # the card by its name, as the reader gave it
     plan.epoch, plan.no_epoch = plan_epoch(plan, card, config_from_flags(EpochRequest, args), no_card)
     if args.precision == "auto" and not args.json:
         print(f"precision {precision} ({why})")
@@ -180,9 +181,15 @@ def kept_files(run) -> str:
     return "\n".join(lines)
 
 
-def given_flags(argv: list[str]) -> set[str]:
-    """The long options a command line spells out ('--train-size=all' counts as '--train-size')."""
-    return {arg.split("=", 1)[0] for arg in argv if arg.startswith("--")}
+def given_flags(argv: list[str], parser: argparse.ArgumentParser | None = None) -> set[str]:
+    """The long options a command line spells out ('--train-size=all' counts as '--train-size'), an alias under
+    its flag's own name (`--gradient-accumulation-steps` is `--accumulation-steps`) when the parser is given."""
+    spelled = {arg.split("=", 1)[0] for arg in argv if arg.startswith("--")}
+    if parser is None:
+        return spelled
+    own = {option: action.option_strings[0] for sub in parser._subparsers._group_actions[0].choices.values()
+           for action in sub._actions for option in action.option_strings}
+    return {own.get(option, option) for option in spelled}
 
 
 def subset_sizes(args: argparse.Namespace, profile, given: set[str]) -> dict:
@@ -287,11 +294,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
-    args.given_flags = given_flags(argv)  # what the reader spelled out: a default may depend on it
+    args.given_flags = given_flags(argv, parser)  # what the reader spelled out: a default may depend on it
     if getattr(args, "recipe", None):  # the preset's values become defaults; flags given still win
         parser.train_parser.set_defaults(**recipe_defaults(args.recipe, parser.train_parser))
         args = parser.parse_args(argv)
-        args.given_flags = given_flags(argv)
+        args.given_flags = given_flags(argv, parser)
         print(f"bertmem train: --recipe {args.recipe} = {' '.join(RECIPES[args.recipe])}", file=sys.stderr)
     try:
         with sigterm_interrupts():  # also while data and model load: no traceback on SIGTERM

@@ -56,7 +56,8 @@ class DataConfig(RefusesRenamed):
     eval_dataset: str | None = field(default=None, metadata={
         "help": "file or dataset to evaluate on (default: the eval split, or rows held out of a file)"})
     text_column: str = field(default="text", metadata={"help": "column holding the texts"})
-    label_column: str = field(default="label", metadata={"help": "column holding the labels"})
+    label_column: str = field(default="label", metadata={"help": "column holding the labels",
+                                                         "aliases": ("--label-column-name",)})
     second_text_column: str | None = field(default=None, metadata={
         "help": "a second text column (a body after a subject): read as the tokenizer's text pair, or with "
                 "--join-texts joined to the first"})
@@ -76,14 +77,15 @@ class DataConfig(RefusesRenamed):
                 "out, or all of --eval-dataset; the profile's subset of a dataset name)", "parse": parse_size})
     balance: bool = field(default=False, metadata={
         "help": "draw the same number of training examples per class (default: keep the classes' proportions)"})
-    max_length: int = field(default=256, metadata={"help": "tokens per example (longer ones are cut)"})
+    max_length: int = field(default=256, metadata={"help": "tokens per example (longer ones are cut)",
+                                                   "aliases": ("--max-seq-length",)})
     truncation: str = field(default="head", metadata={
         "help": "what a cut keeps: head (the first tokens), tail (the last ones) or head+tail (a quarter from "
                 "the start, the rest from the end) (chapters 6, 9)", "choices": TRUNCATIONS})
     micro_batch: int = field(default=8, metadata={
         "help": "examples per forward and backward pass (per process under Accelerate); auto: the largest that "
                 "fits --memory or the GPU in use, accumulated to --effective-batch (bertmem train)",
-        "aliases": ("--batch-size",), "parse": micro_batch_or_auto})
+        "aliases": ("--batch-size", "--per-device-train-batch-size"), "parse": micro_batch_or_auto})
     eval_batch_size: int | None = field(default=None, metadata={
         "help": "examples per evaluation batch (default: twice the micro-batch)"})
     group_by_length: bool = field(default=True, metadata={

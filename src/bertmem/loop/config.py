@@ -55,7 +55,7 @@ class RunConfig(RefusesRenamed):
         "choices": BACKENDS})
     progress: bool = field(default=True, metadata={"help": "show progress bars"})
     output_dir: str | None = field(default=None, metadata={
-        "help": "folder for metrics.json, config.json, loss.png (and checkpoints, the model)"})
+        "help": "folder for metrics.json, config.json, loss.png, confusion.png (and checkpoints, the model)"})
     checkpoint_every: int | None = field(default=None, metadata={  # None: no checkpoints at all
         "help": "keep OUTPUT_DIR/checkpoint.pt: every N optimizer steps, each epoch and on Ctrl-C (chapter 5b)"})
     checkpoint_minutes: float | None = field(default=None, metadata={  # None: by steps and epochs only
@@ -129,7 +129,8 @@ class TrainConfig:
     how the loop runs (device, progress bars, checkpoints) is `RunConfig`'s concern.
     """
 
-    epochs: int = field(default=1, metadata={"help": "passes over the training data"})
+    epochs: int = field(default=1, metadata={"help": "passes over the training data",
+                                             "aliases": ("--num-train-epochs",)})  # Hugging Face's names
     learning_rate: float = field(default=5e-5, metadata={"help": "peak learning rate", "aliases": ("--lr",)})
     weight_decay: float = field(default=0.01, metadata={"help": "AdamW's decoupled weight decay"})
     warmup_ratio: float = field(default=0.1, metadata={"help": "share of the steps spent warming up"})
@@ -138,7 +139,8 @@ class TrainConfig:
     max_steps: int | None = field(default=None, metadata={"help": "stop after this many optimizer steps"})
     layerwise_decay: float | None = field(default=None, metadata={
         "help": "layer-wise LR decay in (0, 1], e.g. 0.95 (chapter 4)"})  # None: one AdamW group
-    accumulation_steps: int = field(default=1, metadata={"help": "micro-batches per optimizer step (chapter 2)"})
+    accumulation_steps: int = field(default=1, metadata={"help": "micro-batches per optimizer step (chapter 2)",
+                                                         "aliases": ("--gradient-accumulation-steps",)})
     loss_weighting: str = field(default="examples", metadata={
         "help": "weigh micro-batch losses by examples or labelled tokens (chapter 2)", "choices": WEIGHTINGS})
     max_grad_norm: float | None = field(default=1.0, metadata={

@@ -81,7 +81,7 @@ class PlanRequest(RefusesRenamed):
     model_id: str = field(default="bert-base-uncased", metadata={
         "help": "a Hub id (13 encoders answer offline: `bertmem.model.known`, e.g. FacebookAI/roberta-large) or a "
                 "local model folder", "flag": "--model"})
-    max_length: int = field(default=512, metadata={"help": "tokens per example"})
+    max_length: int = field(default=512, metadata={"help": "tokens per example", "aliases": ("--max-seq-length",)})
     precision: str = field(default="fp16", metadata={
         "help": "autocast precision; auto: the card's 16-bit format (bf16 where it has bf16, fp16 on a T4; on "
                 "this machine's GPU, what it runs)", "choices": ("auto",) + PRECISIONS, "cli_default": "auto"})
@@ -147,6 +147,7 @@ class Plan:
     request: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # where the plan differs from what was asked, and why
     precision_asked: str | None = None  # 'auto' when the precision was chosen for the card: the command keeps it
+    memory_asked: str | None = None  # the card or size as given (t4, 15GiB, auto): the train command names it
     nearby: list[dict[str, int]] = field(default_factory=list)  # effective batches that split well, if this one
     #                                                             splits poorly (`split_advice`); else empty
     epoch: dict[str, Any] | None = None  # the estimated time per epoch on the named card (`plan_epoch`)
@@ -160,18 +161,24 @@ class Plan:
         return {**asdict(self), "train_command": self.train_command()}
 
     def train_command(self, dataset: str = "YOUR_FILE.csv", output_dir: str = "runs/mine") -> str:
-        """The `bertmem train` command that runs this plan: the same flag names, every planned setting (A1)."""
+        """The `bertmem train` command for this choice on a file: chapter 5's recipe (`--recipe book`), every
+        setting asked here, and `--micro-batch auto`, so the run plans again on the same card for the file's longest
+        batch (A1, the README; the "Will it fit?" page prints the same command)."""
         r = self.request
-        flags = ["--model", r["model_id"], "--max-length", str(r["max_length"]),
-                 "--precision", self.precision_asked or r["precision"],
-                 "--attention", r["attention"], "--optimizer", r["optimizer"]]
+        named = [card for card, size in CARD_MEMORY.items() if size == r["memory_bytes"]]  # a card by its name
+        memory = self.memory_asked or (named[0] if named else f"{r['memory_bytes'] // 2**20}MiB")
+        flags = ["--model", r["model_id"]] + ([] if memory == "auto" else ["--memory", memory])  # auto: this GPU
+        flags += ["--max-length", str(r["max_length"]), "--precision", self.precision_asked or r["precision"],
+                  "--attention", r["attention"]]
         flags += ["--gradient-checkpointing"] if r["gradient_checkpointing"] else []
+        flags += ["--optimizer", r["optimizer"]]
         flags += ["--lora-r", str(r["lora_r"])] if r.get("lora_r") else []
         flags += ["--freeze-layers", str(r["freeze_layers"])] if r.get("freeze_layers") else []
         flags += ["--window", str(r["window"])] if r.get("window") else []
         flags += ["--stride", str(r["stride"])] if r.get("stride") else []
-        flags += ["--micro-batch", str(self.micro_batch), "--accumulation-steps", str(self.accumulation_steps)]
-        return " ".join(["bertmem train", "--dataset", dataset, "--output-dir", output_dir, *flags])
+        flags += ["--effective-batch", str(r["effective_batch"]), "--micro-batch", "auto"]
+        return " ".join(["bertmem train", "--dataset", dataset, "--output-dir", output_dir, "--recipe", "book",
+                         *flags])
 
     def describe(self) -> str:
         """A few lines a reader can act on (`bertmem plan`)."""
@@ -195,9 +202,7 @@ class Plan:
             lines.append(f"time: {self.epoch['line']}" if self.epoch else f"time: no estimate: {self.no_epoch}")
         lines += [f"note: {note}" for note in self.notes]
         lines.append(f"to run it: {self.train_command()} (your file, and --text-column and --label-column if its "
-                     "columns are not text and label; to plan again for the file's longest batch, replace "
-                     f"--micro-batch and --accumulation-steps by --micro-batch auto --memory CARD --effective-batch "
-                     f"{r['effective_batch']})")
+                     "columns are not text and label; the run plans again for the file's longest batch)")
         return "\n".join(lines)
 
 
