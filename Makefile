@@ -29,9 +29,10 @@ lint: install
 	$(VENV)/bin/ruff format --check --line-length 88 book
 
 # Two workers with one torch thread each keep both cores busy (much of the time is single-threaded Python: imports,
-# kernel start-up, small tensors). On a 2-core Sapphire Rapids, two workers: unit tests 627-732 s, notebooks
-# 950-1,244 s, the dry run 389-427 s (two runs of one commit); one process with two threads, an earlier commit:
-# 1,047 s, 1,457 s and 591 s. JOBS=1 runs each in one process.
+# kernel start-up, small tensors). On a 2-core Sapphire Rapids, two workers and each estimate made once per run
+# (.ci/run's BERTMEM_ESTIMATE_CACHE): unit tests 503-537 s, notebooks 934-936 s, the dry run 214-219 s (fresh clones
+# of two commits); without the shared estimates 627-732, 950-1,244 and 389-427 s; one process with two threads, an
+# earlier commit: 1,047 s, 1,457 s and 591 s. JOBS=1 runs each in one process.
 # Each stage writes every test's (notebook's) time to _build/ci-times/<stage>.json and prints the slowest files;
 # `make ci-times` prints them together.
 JOBS ?= 2
