@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bertmem.cli import build_parser
+from bertmem.cli import build_parser, subcommands
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -54,7 +54,7 @@ def test_the_subcommands_the_readme_counts_are_the_parsers():
     said = re.search(r"then has (\w+) subcommands: (.+?)\.", " ".join(README.split()))
     assert said, "the README says which subcommands bertmem has"
     commands = set(re.findall(r"`(\w+)`", said.group(2)))
-    parser_commands = set(build_parser()._subparsers._group_actions[0].choices)
+    parser_commands = set(subcommands(build_parser()))
     assert commands == parser_commands and said.group(1) == {3: "three", 4: "four", 5: "five"}[len(commands)]
 
 
@@ -124,8 +124,7 @@ OTHER_PROGRAMS = {"--index-url", "--nbval-lax", "--config_file", "--dry-run", "-
 
 @pytest.mark.parametrize("name", sorted(DOCS))
 def test_every_flag_the_docs_name_is_one_bertmem_or_another_program_takes(name):
-    known = {o for p in build_parser()._subparsers._group_actions[0].choices.values() for a in p._actions
-             for o in a.option_strings}
+    known = {o for p in subcommands(build_parser()).values() for a in p._actions for o in a.option_strings}
     named = set(re.findall(r"(?<![\w-])(--[a-z][\w-]*[a-z0-9])", DOCS[name]))
     assert named, f"{name} names no flag"
     assert named <= known | OTHER_PROGRAMS, f"{name}: {sorted(named - known - OTHER_PROGRAMS)} are no flags"

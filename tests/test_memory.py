@@ -239,7 +239,8 @@ def test_estimates_shared_by_processes_are_made_once_per_question(tmp_path, monk
     shared(config, 2, 16)
     assert len(made) == 4 and len(list(tmp_path.glob("*.pickle"))) == 3
     estimate_module._estimator_identity.cache_clear()
-    monkeypatch.setattr(torch, "__version__", "0.0.0")  # another torch: estimated afresh
+    monkeypatch.setattr(estimate_module, "estimator_versions",  # another torch: estimated afresh
+                        lambda: {"torch": "0.0.0", "transformers": "5.0.0"})
     shared(config, 2, 16)
     estimate_module._estimator_identity.cache_clear()
     assert len(made) == 5

@@ -181,15 +181,17 @@ def kept_files(run) -> str:
     return "\n".join(lines)
 
 
-def given_flags(argv: list[str], parser: argparse.ArgumentParser | None = None) -> set[str]:
+def subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    """`bertmem`'s subcommands by name (train, bench, plan, predict) with their parsers."""
+    return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+
+
+def given_flags(argv: list[str], parser: argparse.ArgumentParser) -> set[str]:
     """The long options a command line spells out ('--train-size=all' counts as '--train-size'), an alias under
-    its flag's own name (`--gradient-accumulation-steps` is `--accumulation-steps`) when the parser is given."""
-    spelled = {arg.split("=", 1)[0] for arg in argv if arg.startswith("--")}
-    if parser is None:
-        return spelled
-    own = {option: action.option_strings[0] for sub in parser._subparsers._group_actions[0].choices.values()
-           for action in sub._actions for option in action.option_strings}
-    return {own.get(option, option) for option in spelled}
+    its flag's own name (`--gradient-accumulation-steps` is `--accumulation-steps`)."""
+    own = {option: action.option_strings[0] for sub in subcommands(parser).values() for action in sub._actions
+           for option in action.option_strings}
+    return {own.get(flag, flag) for flag in (arg.split("=", 1)[0] for arg in argv if arg.startswith("--"))}
 
 
 def subset_sizes(args: argparse.Namespace, profile, given: set[str]) -> dict:

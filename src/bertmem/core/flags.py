@@ -75,26 +75,21 @@ def add_config_flags(parser: argparse.ArgumentParser, cls, defaults=None, skip: 
     for f in flag_fields(cls):
         if f.name in skip:
             continue
-        if f.name in required or f.metadata.get("required"):
-            names = (flag_name(f), *f.metadata.get("aliases", ()))
-            convert = f.metadata.get("parse") or _parser_for(hints[f.name])[0]
-            group.add_argument(*names, dest=f.name, type=_friendly(convert, f.name), required=True,
-                               metavar=f.metadata.get("metavar"), choices=f.metadata.get("choices"),
-                               help=f.metadata["help"] + " (required)")
-            continue
-        default = f.metadata.get("cli_default", getattr(defaults, f.name) if defaults is not None else f.default)
         convert, is_bool = (f.metadata["parse"], False) if "parse" in f.metadata else _parser_for(hints[f.name])
         names = (flag_name(f), *f.metadata.get("aliases", ()))
+        must = f.name in required or bool(f.metadata.get("required"))
+        given = getattr(defaults, f.name) if defaults is not None else f.default
+        default = None if must else f.metadata.get("cli_default", given)
         if is_bool:
             group.add_argument(*names, dest=f.name, action=argparse.BooleanOptionalAction, default=default,
                                help=f.metadata["help"])
             continue
         shown = " ".join(map(str, default)) if isinstance(default, tuple) else default
-        group.add_argument(*names, dest=f.name, type=_friendly(convert, f.name), default=default,
+        said = "" if default is None or "(default" in f.metadata["help"] else f" (default: {shown})"
+        said = " (required)" if must else said
+        group.add_argument(*names, dest=f.name, type=_friendly(convert, f.name), default=default, required=must,
                            nargs=f.metadata.get("nargs"), metavar=f.metadata.get("metavar"),
-                           choices=f.metadata.get("choices"),
-                           help=f.metadata["help"] + ("" if default is None or "(default" in f.metadata["help"]
-                                                      else f" (default: {shown})"))
+                           choices=f.metadata.get("choices"), help=f.metadata["help"] + said)
 
 
 def config_from_flags(cls, args: argparse.Namespace, **fixed):

@@ -23,6 +23,7 @@ from bertmem.loop.precision import PRECISIONS, autocast_context
 from bertmem.memory.analytic import _check_sizes, adamw8bit_state_like, quantization_maps
 from bertmem.memory.measure import MemoryReport, measure_step_memory
 from bertmem.memory.speed import ModelWork
+from bertmem.memory.stored import estimator_versions, versions_text
 from bertmem.model.known import attention_kernels, known_config, takes_token_types
 from bertmem.model.loading import classifier_from_config, resolve_model_source
 from bertmem.model.matmuls import counted_shape
@@ -244,10 +245,8 @@ ESTIMATE_CACHE_ENV = "BERTMEM_ESTIMATE_CACHE"  # a folder: CI's stages share the
 
 @functools.lru_cache(maxsize=1)
 def _estimator_identity() -> str:
-    """What an estimate depends on besides its arguments: this package's source and torch's, transformers' versions."""
-    import transformers
-
-    digest = hashlib.sha256(f"{torch.__version__} {transformers.__version__}".encode())
+    """What an estimate depends on besides its arguments: this package's source and the versions it runs on."""
+    digest = hashlib.sha256(versions_text(estimator_versions()).encode())
     for path in sorted(Path(__file__).resolve().parents[1].rglob("*.py")):
         digest.update(path.read_bytes())
     return digest.hexdigest()
