@@ -1,10 +1,11 @@
-"""The time per epoch estimate against every training time the book holds (the "Will it fit?" page, #57).
+"""The time per epoch estimate against the training times the book holds and can estimate ("Will it fit?", #57).
 
 `bertmem plan` and the page estimate an epoch as micro-steps of the larger of the model's matmul FLOPs (the count
 the bench's MFU uses, `bertmem.model.matmuls`) over the card's training rate and A3's per-step floor
 (`bertmem.memory.speed.epoch_estimate`). This prints, for each measured or published training run the book holds,
 the estimate for the same card, precision, micro-batch and padded tokens beside the measured time, and the rate the
-run reached. No GPU needed: the times are recorded.
+run reached; then the published rows it leaves out and why (`bertmem.book.time_check.left_out`: the rows the table
+marks excluded, and TF32, which no card's rate covers). No GPU needed: the times are recorded.
 
 Usage: python benchmarks/epoch_estimates.py [--markdown]
 """
@@ -18,7 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from bertmem.book.plots import as_table, markdown_table  # noqa: E402
-from bertmem.book.time_check import time_check, time_check_summary  # noqa: E402
+from bertmem.book.time_check import left_out, time_check, time_check_summary  # noqa: E402
 
 COLUMNS = ("source", "card", "step", "estimated (s)", "measured (s)", "estimated / measured", "bound", "rate",
            "reached (TFLOP/s)")
@@ -34,6 +35,10 @@ def main(argv: list[str] | None = None) -> int:
     summary = time_check_summary(rows)
     print(f"\n{summary['runs']} runs: estimate / measured from {summary['low']:.2f} to {summary['high']:.2f}, "
           f"median {summary['median']:.2f}")
+    print(f"left out: {summary['left_out']}:")
+    for row in left_out():
+        why = ("no card's rate covers " + row["precision"].upper() if row["no rate"] else "marked excluded")
+        print(f"  {row['source']}, {row['card']}, {row['step']}: {why} ({row['note']})")
     return 0
 
 

@@ -2,11 +2,12 @@
 stored lines (src/bertmem/recorded/fit-lines.json, what `bertmem plan` answers from) with it.
 
     python scripts/make_fit_page.py [--workers 2] [--models ID ...] [--lengths 128 512 ...] [--output PATH]
-    python scripts/make_fit_page.py --constants-only   # cards, planner constants, time defaults; lines kept
+    python scripts/make_fit_page.py --constants-only   # cards, constants, time defaults, validation; lines kept
     python scripts/make_fit_page.py --fresh            # estimate everything, reusing nothing from the file
 
 Prints the number of configurations, the file's size and the wall time. Two estimates per configuration and
-member under FakeTensorMode (nothing allocated); a LoRA or frozen-layers family estimates three or four members
+member under FakeTensorMode (nothing allocated), three where micro-batch 1 is off the lines (ModernBERT's eager
+attention); a LoRA or frozen-layers family estimates three or four members
 (`bertmem.book.fit_page.affine_family`). Estimates the file at --output already holds, made with the same torch
 and transformers, are reused unless --fresh.
 """
@@ -27,6 +28,7 @@ from bertmem.book.fit_page import (  # noqa: E402
     page_constants,
     page_data,
     read_page_data,
+    validation_summary,
     reusable,
     write_page_data,
     write_stored_lines,
@@ -50,13 +52,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-validation", action="store_true", help="skip the published-readings summary")
     parser.add_argument("--fresh", action="store_true", help="reuse no estimate from the file at --output")
     parser.add_argument("--constants-only", action="store_true",
-                        help="refresh only what does not need an estimate (cards, constants, time defaults)")
+                        help="refresh only what the estimated lines do not hold (cards, constants, time defaults, "
+                             "and the validation note unless --no-validation)")
     args = parser.parse_args(argv)
     whole = (args.output == parser.get_default("output") and args.models == list(KNOWN_MODELS)
              and args.lengths == list(FIT_LENGTHS))
     args.lines_output = args.lines_output or (PACKAGE_LINES if whole else None)  # a part never replaces them
     if args.constants_only:
         data = {**read_page_data(args.output), **page_constants()}
+        if not args.no_validation:
+            data["validation"] = validation_summary()
         size = write_page_data(args.output, data)
         lines = write_stored_lines(args.lines_output, data) if args.lines_output else 0
         print(f"refreshed the constants of {args.output.name}: {size / 1e6:.2f} MB"

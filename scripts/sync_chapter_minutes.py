@@ -85,6 +85,7 @@ def flop_note(tokens: int, counted: float, parameters: int, non_embedding: int) 
 def table() -> str:
     """The markdown table between the markers of book/intro.md."""
     from bertmem.book.chapters import FIRST_RUN_MINUTES, MINUTES_CARDS, MODEL_LOAD_SECONDS, chapter_minutes
+    from bertmem.book.time_check import rate_note, time_check
     from bertmem.memory.cards import CARDS
     from bertmem.memory.estimate import model_work
     from bertmem.profiles import get_profile
@@ -113,14 +114,17 @@ def table() -> str:
     t4, timed = CARDS["T4"], [CARDS[c] for c in MINUTES_CARDS]
     others = ", ".join(f"{card.name} {card.utilisation:.0%}" for card in timed if not card.measured_tflops)
     measured = ", ".join(f"{p} {v:g} TFLOP/s" for p, v in t4.measured_tflops.items())
+    held = time_check()  # what each measured rate rests on, and how many held runs test it
+    rests = " ".join(f"{note[:1].upper()}{note[1:]}." for note in (rate_note(t4, p, held) for p in t4.measured_tflops))
     sources = ",".join(f"{card.source}" for card in timed)
     note = (f"\nMinutes. GPU columns are estimates, not measurements: each training example costs the model's "
             f"matrix multiplies, forward and backward, as [chapter 5](05_optimized_loop.ipynb) counts them (with "
             f"each run's own LoRA adapters or frozen layers, and gradient checkpointing's second forward), and each "
             f"evaluated one its forward pass's, every example counted at the chapter's full token limit. Training "
-            f"runs at the throughput a BERT-class fine-tune was measured to reach on a T4 ({measured} in that "
+            f"runs at the throughput published BERT-class runs reached on a T4 ({measured} in that "
             f"count; {{cite:p}}`{t4.measured_source}`), on the other cards at an assumed share of the dense "
             f"datasheet peak ({others}; {{cite:p}}`{sources}`); evaluation runs in fp32, as `evaluate` does. "
+            f"{rests} "
             f"Each chapter adds its CPU-side work (imports, estimates, demonstrations, tokenizing: the GPU "
             f"profile's dry run, measured on a 2-core CPU like Colab's) and {MODEL_LOAD_SECONDS:.0f} s to load "
             f"bert-base per fine-tune and once for its own measurements. A fresh runtime adds about "

@@ -5,6 +5,7 @@ edit, and the test fails."""
 
 import dataclasses
 
+import pandas as pd
 import pytest
 
 from bertmem.book import ChapterSettings, chapter_settings
@@ -369,3 +370,67 @@ def test_chapter_2_steps_with_the_pages_adamw_probe():
     sgd = step_sizes(edited(probe, "torch.optim.AdamW(tiny.parameters(), lr=lr, weight_decay=0.0)",
                             "torch.optim.SGD(tiny.parameters(), lr=lr)"))
     assert sgd[0] != page[0] and sgd[1] != page[1], (page, sgd)
+
+
+def reader_file_cells(settings: dict[str, str | None]) -> list[str]:
+    """Appendix A1's code cells after its install cell, the settings cell edited as a reader sets it: their file,
+    their columns, and a short read (these tests are about the page working for any file, not about learning)."""
+    cells, setup = chapter_cells("A1_your_own_data.ipynb")
+    edits = {'MY_FILE = None  # e.g. "/content/my_tickets.csv"': f"MY_FILE = {settings['file']!r}",
+             'TEXT_COLUMN = "body"': f"TEXT_COLUMN = {settings['text']!r}",
+             'SECOND_TEXT_COLUMN = "subject"  # None: one text column': f"SECOND_TEXT_COLUMN = {settings['second']!r}",
+             'LABEL_COLUMN = "category"': f"LABEL_COLUMN = {settings['label']!r}",
+             "NEW_ROWS_FILE = None  # rows to label after training; None: the held-out rows":
+                 f"NEW_ROWS_FILE = {settings.get('new_rows')!r}",
+             "MAX_LENGTH = profile.max_length if on_gpu else 128  # tokens per example": "MAX_LENGTH = 32"}
+    mine = setup
+    for old, new in edits.items():
+        mine = edited(mine, old, new)
+    return [mine if cell == setup else cell for cell in cells[1:]]  # after the install cell
+
+
+def test_appendix_1_runs_on_a_readers_file_with_one_text_column_and_labels_its_held_out_rows(
+        tmp_path, monkeypatch, capsys):
+    import hashlib
+    import tempfile
+
+    from bertmem.book.tickets import ticket_frame
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the page's run folder
+    tickets = ticket_frame(rows=60, classes=3, seed=1)
+    mine = tmp_path / "mine.csv"  # the issue's file: labels in 'topic', one text column
+    pd.DataFrame({"id": tickets["ticket_id"], "message": tickets["body"], "topic": tickets["category"]}).to_csv(
+        mine, index=False)
+    before = hashlib.sha256(mine.read_bytes()).hexdigest()
+    cells = reader_file_cells({"file": str(mine), "text": "message", "second": None, "label": "topic"})
+    namespace = run_cells(cells, quiet({}))
+    said = capsys.readouterr().out
+    predicted = pd.read_csv(tmp_path / "bertmem-runs" / "A1" / "predictions.csv", keep_default_na=False)
+    assert len(predicted) == namespace["summary"]["eval_examples"] and "held-out row" in predicted
+    assert set(predicted["predicted"]) <= set(tickets["category"]) and "with the label they had" in said
+    assert "--second-text-column" not in " ".join(sum(namespace["commands"].values(), []))  # one column
+    assert (tmp_path / "bertmem-runs" / "A1" / "cli" / "model").is_dir()  # the command line's run kept its model
+    assert hashlib.sha256(mine.read_bytes()).hexdigest() == before  # the reader's file is never written to
+
+
+def test_appendix_1_runs_on_a_readers_two_text_columns_and_labels_their_new_rows(tmp_path, monkeypatch, capsys):
+    import tempfile
+
+    from bertmem.book.tickets import ticket_frame
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    tickets = ticket_frame(rows=60, classes=3, seed=2)
+    mine, new_rows = tmp_path / "mine.csv", tmp_path / "new.csv"
+    pd.DataFrame({"title": tickets["subject"], "description": tickets["body"], "team": tickets["category"]}).to_csv(
+        mine, index=False)
+    pd.DataFrame({"ref": ["N1", "N2"], "title": ["Card charged twice", ""],
+                  "description": ["my bill shows two payments", ""]}).to_csv(new_rows, index=False)
+    cells = reader_file_cells({"file": str(mine), "text": "description", "second": "title",
+                                         "label": "team", "new_rows": str(new_rows)})
+    predicting = cell_with(cells, "done = predict_file(")
+    run_cells(cells[:cells.index(predicting) + 1], quiet({}))  # the command line: the test above
+    predicted = pd.read_csv(tmp_path / "bertmem-runs" / "A1" / "predictions.csv", keep_default_na=False)
+    assert list(predicted["ref"]) == ["N1", "N2"]  # the file's other columns, beside each prediction
+    assert predicted["predicted"].iloc[0] in set(tickets["category"]) and predicted["predicted"].iloc[1] == ""
+    assert "1 of 2 rows labelled; 1 without text" in capsys.readouterr().out  # no answers to count: none claimed
+    assert (tmp_path / "new.csv").read_text().count("\n") == 3  # the reader's new rows, untouched

@@ -115,7 +115,9 @@ def test_the_page_data_holds_the_packages_cards_and_constants(data):
     constants = page_constants()
     assert {key: data[key] for key in constants} == json.loads(json.dumps(constants))
     t4 = next(c for c in data["cards"] if c["key"] == "t4")
-    assert t4["rates"]["fp16"] == {"tflops": CARDS["T4"].training_tflops("fp16"), "measured": True}
+    assert t4["rates"]["fp16"]["tflops"] == CARDS["T4"].training_tflops("fp16") and t4["rates"]["fp16"]["measured"]
+    assert "rests on one blog run's" in t4["rates"]["fp16"]["note"]  # a measured rate says what it rests on
+    assert all("note" not in rate for card in data["cards"] if card["key"] != "t4" for rate in card["rates"].values())
 
 
 def test_the_page_data_is_what_the_planner_estimates_today(data):
@@ -235,3 +237,28 @@ def test_the_page_quotes_the_readings_it_was_checked_against_and_the_gpu_run(dat
     assert all(f"{row.model} at {row.seq_len} tokens on {row.card}" in summary["readings_of"] for row in rows)
     assert 0 <= summary["gpu_short"] <= summary["gpu_shapes"] and summary["gpu_card"]
     assert summary["gpu_context_low_mib"] > summary["assumed_context_mib"]  # A3's card took more than assumed
+
+
+def test_the_whole_run_note_follows_a3s_recorded_run():
+    """The page answers for one training step; its note quotes A3's whole run of chapter 5's recipe against one
+    step of its nominal shape, and whether the planner's defaults were short, from the recorded run: a run that
+    peaked lower flips the word."""
+    import copy
+
+    from bertmem.book.fit_page import whole_run
+    from bertmem.book.gpu_measured import recorded_gpu_run
+
+    run = recorded_gpu_run()
+    found = whole_run(run)
+    assert found["run_peak_gib"] > found["step_peak_gib"] and found["planner_short"]
+    assert round(found["run_peak_gib"], 2) == 3.52 and round(found["step_peak_gib"], 2) == 3.14
+    assert round(100 * found["run_over_step"]) == 12 and round(found["planner_asks_gib"], 2) == 3.74
+    lower = copy.deepcopy(run)
+    for key in ("bench", "bench, cuDNN attention off"):
+        for row in lower[key]["rows"]:
+            if row["variant"] == "full recipe":
+                row["CUDA peak (MiB)"] = 2048
+    flipped = whole_run(lower)
+    assert not flipped["planner_short"] and flipped["run_over_step"] < 0
+    script = (DATA.parent / "will_it_fit.js").read_text(encoding="utf-8")
+    assert "v.gpu_run.planner_short ? \"short\"" in script and "Fits, for one training step." in script

@@ -87,14 +87,18 @@ def test_progress_leaves_one_final_line_in_an_executed_notebook():
 
 
 def test_runs_go_where_colabs_file_browser_shows_them(tmp_path, monkeypatch):
-    """On Colab a chapter's run lands under /content (visible, kept while the session lives), not in /tmp."""
+    """On Colab a chapter's run lands under /content (visible, kept while the session lives), not in /tmp; elsewhere
+    in one folder under the temporary folder, the same on every run."""
     import sys
+    import tempfile
     import types
 
     from bertmem.core.runtime import output_folder, where_runs_live
 
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
     elsewhere = output_folder("a1")
-    assert elsewhere.is_dir() and "bertmem-a1" in elsewhere.name and not str(elsewhere).startswith(str(tmp_path))
+    assert elsewhere == tmp_path / "tmp" / "bertmem-runs" / "a1" and elsewhere.is_dir()
+    assert output_folder("a1") == elsewhere  # a rerun writes where the last run did (and replaces it)
     assert "reset" not in where_runs_live(elsewhere)  # not on Colab: nothing to warn about
     monkeypatch.setitem(sys.modules, "google.colab", types.ModuleType("google.colab"))
     content = tmp_path / "content"

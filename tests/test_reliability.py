@@ -270,6 +270,22 @@ def test_a_failing_write_leaves_no_temporary_file(tmp_path, monkeypatch):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_ctrl_c_just_after_the_temporary_file_is_made_waits_for_the_rename(tmp_path, monkeypatch):
+    import bertmem.loop.checkpoint as checkpoint_module
+    real_mkstemp = checkpoint_module.tempfile.mkstemp
+
+    def mkstemp_then_ctrl_c(*args, **kwargs):
+        made = real_mkstemp(*args, **kwargs)
+        signal.raise_signal(signal.SIGINT)  # arrives before the write has begun (CI met this once)
+        return made
+
+    monkeypatch.setattr(checkpoint_module.tempfile, "mkstemp", mkstemp_then_ctrl_c)
+    with pytest.raises(KeyboardInterrupt):
+        checkpoint_module.atomic_save({"a": 1}, tmp_path / CHECKPOINT_NAME)
+    assert [p.name for p in tmp_path.iterdir()] == [CHECKPOINT_NAME]  # complete, and no *.tmp beside it
+    assert torch.load(tmp_path / CHECKPOINT_NAME, weights_only=True) == {"a": 1}
+
+
 def test_sigterm_handler_is_restored_after_the_block():
     before = signal.getsignal(signal.SIGTERM)
     with sigterm_interrupts():

@@ -37,3 +37,51 @@ def test_the_benchmark_prints_the_table():
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "epoch_estimates.py"), "--markdown"],
                          capture_output=True, text=True, check=True).stdout
     assert out.count("\n| ") >= 30 and "estimate / measured from" in out and "| A3, bench |" in out
+
+
+def test_the_rows_left_out_are_named_with_why_and_the_pages_words_follow_them():
+    """The published throughputs the check leaves out: those the table marks excluded and those in a precision
+    no card has a rate for (TF32). The page's note is generated from them; the fit page's prose counts them."""
+    from bertmem.book.time_check import left_out, left_out_words
+
+    rows = left_out()
+    excluded = [r for r in rows if r["excluded"]]
+    tf32_more = [r for r in rows if r["no rate"] and not r["excluded"]]
+    assert (len(rows), len(excluded), len(tf32_more)) == (6, 4, 2)
+    assert {r["precision"] for r in rows if r["no rate"]} == {"tf32"}
+    words = left_out_words(rows)
+    assert words.startswith("4 published rows the throughput table marks excluded, 1 of them in TF32,")
+    assert "2 more in TF32" in words
+    # one row fewer changes the words: they are counted, not written
+    assert left_out_words(rows[1:]).startswith("3 published rows") and left_out_words(tf32_more) == (
+        "2 in TF32, which no card's rate covers") and left_out_words([]) == "none"
+    page = " ".join((ROOT / "book" / "will_it_fit.md").read_text(encoding="utf-8").split())
+    words = {2: "Two", 4: "Four", 6: "Six"}
+    assert f"{words[len(rows)]} published rows are left out. {words[len(excluded)]} the throughput table marks" in page
+    assert f"{words[len(tf32_more)]} more, NVIDIA's TensorFlow runs on A100s, are in TF32 too" in page
+    assert {r["source"] for r in tf32_more} == {"NV-DLE-TF1-BERT", "NV-DLE-TF2-BERT"}
+
+
+def test_a_measured_rate_says_what_it_rests_on_and_how_many_held_runs_test_it():
+    """The T4's rates are published, not assumed: the note says what each rests on and how many of the held runs
+    are T4 runs in its precision (none in fp16); the README, the introduction and the fit page say the same."""
+    from bertmem.book.time_check import rate_note
+
+    rows = time_check()
+    t4 = CARDS["T4"]
+    fp16, fp32 = rate_note(t4, "fp16", rows), rate_note(t4, "fp32", rows)
+    assert "none of the" in fp16 and "is a Colab T4 fp16 run" in fp16 and "versions not given" in fp16
+    assert "5 of the" in fp32 and "are Colab T4 fp32 runs" in fp32 and "optimizer.step" in fp32
+    assert rate_note(CARDS["L4"], "fp16", rows) is None  # an assumed rate says nothing more
+    # a T4 fp16 run among the held ones flips the words
+    fake = dict(next(r for r in rows if r["card"] == "Colab T4"), precision="fp16")
+    assert "1 of the 35 training times" in rate_note(t4, "fp16", rows + [fake])
+    assert "is Colab T4 fp16 run" in rate_note(t4, "fp16", rows + [fake])
+    held = sum(r["card"] == "Colab T4" and r["precision"] == "fp16" for r in rows)
+    readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    page = " ".join((ROOT / "book" / "will_it_fit.md").read_text(encoding="utf-8").split())
+    intro = (ROOT / "book" / "intro.md").read_text(encoding="utf-8")
+    assert held == 0
+    assert "None of the runs the book holds its time estimate against is a T4 fp16 run" in readme
+    assert "none of the book's time checks below is a T4 fp16 run" in page
+    assert fp16[:1].upper() + fp16[1:] in intro and fp32[:1].upper() + fp32[1:] in intro

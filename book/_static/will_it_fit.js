@@ -404,14 +404,15 @@
     const plan = $("plan");
     verdict.className = result.fits ? "wif-verdict wif-yes" : "wif-verdict wif-no";
     if (result.fits) {
-      verdict.textContent = "Fits. Largest micro-batch: " + result.largest
+      verdict.textContent = "Fits, for one training step. Largest micro-batch: " + result.largest
         + (result.largest >= data().max_batch ? " (searched up to " + data().max_batch + ")" : "") + ".";
       plan.textContent = "For an effective batch of " + result.effective_batch + ": micro-batch "
         + result.micro_batch + " × " + result.accumulation_steps + " accumulation step"
         + (result.accumulation_steps === 1 ? "" : "s") + ". Estimated peak " + gib(result.estimated_peak_bytes)
         + " GiB of the card's " + gib(card.memory) + " GiB, during " + result.peak_phase + ".";
     } else {
-      verdict.textContent = "Does not fit: one example needs " + gib(result.one_example_bytes) + " GiB; the "
+      verdict.textContent = "Does not fit: for one training step, one example needs " + gib(result.one_example_bytes)
+        + " GiB; " + (card.key === "custom" ? "" : "the ")
         + card.name + " has " + gib(card.memory) + " GiB.";
       plan.textContent = "";
     }
@@ -427,9 +428,11 @@
     $("time").textContent = epoch ? "Time: " + epoch.line + "." : result.fits ? "Time: no estimate: " + noTime + "."
       : "";
     const checked = d.epoch.checked;
-    $("time-check").textContent = epoch ? "Held against the " + checked.runs + " training times the book holds, "
-      + "such estimates came to " + checked.low.toFixed(2) + "–" + checked.high.toFixed(2) + " × the measured time "
-      + "(median " + checked.median.toFixed(2) + ")." : "";
+    const rate = epoch ? card.rates[choice.precision] : null; // a measured rate says what it rests on
+    $("time-check").textContent = epoch ? "Held against the " + checked.runs + " training times the book holds "
+      + "and can estimate (left out: " + checked.left_out + "), such estimates came to " + checked.low.toFixed(2)
+      + "–" + checked.high.toFixed(2) + " × the measured time (median " + checked.median.toFixed(2) + ")."
+      + (rate.note ? " " + rate.note.charAt(0).toUpperCase() + rate.note.slice(1) + "." : "") : "";
     $("tokens").placeholder = "IMDb's: " + bookTokens(choice.length).toFixed(1);
     $("examples").placeholder = "IMDb's: " + data().epoch.examples;
     const lines = commands(choice);
@@ -513,7 +516,15 @@
       + v.gpu_shapes + " measured shapes (" + v.gpu_short_with_context + " with each shape's measured CUDA context "
       + "in place of the assumed one); the context there took " + Math.round(v.gpu_context_low_mib) + "–"
       + Math.round(v.gpu_context_high_mib) + " MiB against the " + Math.round(v.assumed_context_mib)
-      + " MiB assumed. The command's --cuda-context and --allocator-margin set the context and the margin it adds. "
+      + " MiB assumed. "
+      + "Each answer is for one training step, and A3's measured shapes were single steps too; A3's whole run of "
+      + "chapter 5's recipe (training and evaluation) peaked at " + v.gpu_run.run_peak_gib.toFixed(2) + " GiB "
+      + "allocated against " + v.gpu_run.step_peak_gib.toFixed(2) + " GiB for one step of its nominal shape ("
+      + (v.gpu_run.run_over_step >= 0 ? "+" : "−") + Math.round(100 * Math.abs(v.gpu_run.run_over_step)) + " %): "
+      + "with the measured context it needed at least " + v.gpu_run.run_needed_gib.toFixed(2) + " GiB, where the "
+      + "planner's defaults ask " + v.gpu_run.planner_asks_gib.toFixed(2) + " GiB: "
+      + (v.gpu_run.planner_short ? "short" : "enough, before the allocator's slack") + ". "
+      + "The command's --cuda-context and --allocator-margin set the context and the margin it adds. "
       + "The other encoders are estimated the same way and not checked against GPU readings. "
       + "Estimated with torch " + data().versions.torch + " and transformers " + data().versions.transformers + ".";
   }

@@ -207,7 +207,7 @@ def chapter_runs(profile: Profile) -> dict[str, list[Run]]:
         "05": bench_runs(chapter_bench(settings["05"], profile)),
         "06": [Run(data["06-warmup"], precision["06-warmup"], epochs=2, repeats=2),
                Run(data["06-truncation"], precision["06-truncation"], repeats=2)],
-        "07": [], "A1": [], "A3": [],  # A3 reads a recorded GPU run and times one step
+        "07": [], "A1": [], "A3": [], "A4": [],  # A3 reads a recorded GPU run and times one step; A4 trains nothing
         "08": lever_runs(settings["08"], profile.model_id),
         # three cuts per seed; then each seed's head model (already loaded) reads the long test reviews in
         # windows (about three windows of 512 per review longer than 512 tokens: three more evaluations each)
@@ -273,6 +273,8 @@ def data_line(chapter: str, profile: Profile) -> str:
         return "data: your own file (MY_FILE), or a generated demo file of 800 support tickets in 12 classes"
     if chapter == "A3":
         return "data: a recorded GPU run; one step on random token ids at the end"
+    if chapter == "A4":
+        return "data: files this page writes (800 generated support tickets, a corpus of small messy files)"
     if chapter == "05b":
         return (f"data: random token ids for a tiny BERT; the command line's smoke test reads 64 + 32 "
                 f"{profile.dataset} examples")

@@ -3,17 +3,19 @@ micro-batch, so a browser answers as `bertmem plan` does (the "Will it fit?" pag
 
 For one configuration every tensor a step allocates either has a size fixed by the model or one proportional to the
 micro-batch b, so the live bytes after each event of the estimated step are `a + b·s`, exactly: two estimates (b = 2
-and 3) give every event's line, and the step peak at any b is the highest of them. Only the lines that are highest
-somewhere in 1…MAX_BATCH are kept (`upper_envelope`). The optimizer enters as a constant: its state is alive through
-the whole steady-state step, and its own step adds a rise on top of the end of backward that depends on the model and
-what trains, not on the batch (`optimizer_facts`). The page's script (`book/_static/will_it_fit.js`) runs the
-planner's search on these lines; the browser test holds its answers against `bertmem plan --json`.
+and 3) give every event's line, and the step peak at any b is the highest of them; where one example allocates more
+than the lines give (ModernBERT's eager attention, `off_the_line_at_one`), a third estimate holds b = 1. Only the
+lines that are highest somewhere in 1…MAX_BATCH are kept (`upper_envelope`). The optimizer enters as a constant: its
+state is alive through the whole steady-state step, and its own step adds a rise on top of the end of backward that
+depends on the model and what trains, not on the batch (`optimizer_facts`). The page's script
+(`book/_static/will_it_fit.js`) runs the planner's search on these lines; the browser test holds its answers against
+`bertmem plan --json`.
 
 A LoRA rank and a number of frozen layers are families of configurations: across them the lines often move by the
 same amount per rank (adapters are r wide) and per frozen layer (each layer saves and trains the same tensors), so a
 family is stored as its first member and the step to the next (`affine_family`), kept only where it predicts a
-member estimated on its own exactly; members outside the span (the top layers) and every member of a family that
-is not exact are estimated, and stored as runs of equal steps where they form them (`runs_of_steps`).
+member estimated on its own exactly; members outside the span (the top layers) and every member of a family that is
+not exact are estimated, and stored as runs of equal steps where they form them (`runs_of_steps`).
 """
 
 from __future__ import annotations
@@ -27,9 +29,9 @@ import numpy as np
 
 from bertmem.core.runtime import quiet_bitsandbytes_notice
 from bertmem.memory.cards import CARDS
-from bertmem.book.gpu_measured import calibration, recorded_gpu_run
+from bertmem.book.gpu_measured import calibration, recipe_peak_against_planner, recorded_gpu_run
 from bertmem.book.published import comparison, published_rows
-from bertmem.book.time_check import time_check_summary
+from bertmem.book.time_check import rate_note, time_check, time_check_summary
 from bertmem.memory.estimate import estimate_step_memory, model_config, model_work, parameter_count
 from bertmem.memory.measure import MemoryReport
 from bertmem.memory.planner import ALLOCATOR_MARGIN, PlanRequest
@@ -331,9 +333,20 @@ def readings_described(rows) -> str:
     return " and ".join(sorted({f"{row.model} at {row.seq_len} tokens on {row.card}" for row in rows}))
 
 
+def whole_run(run: dict[str, Any]) -> dict[str, Any]:
+    """A3's whole run of chapter 5's recipe (training and evaluation) against the one training step the planner
+    answers for: its allocated peak, one step's of its nominal shape, the rise, what the process needed at least
+    (with the measured context) and what the planner's defaults ask (GiB), and whether they were short."""
+    real = recipe_peak_against_planner(run)
+    return {"run_peak_gib": real["recipe allocated"], "step_peak_gib": real["nominal allocated"],
+            "run_over_step": real["recipe allocated"] / real["nominal allocated"] - 1,
+            "run_needed_gib": real["recipe with context"], "planner_asks_gib": real["planner asks"],
+            "planner_short": real["recipe with context"] > real["planner asks"]}
+
+
 def validation_summary() -> dict[str, Any]:
     """How the planner did against published GPU readings (chapter 5's table) and against the one recorded GPU run
-    of appendix A3, for the page to quote."""
+    of appendix A3 (its measured steps, and its whole run: `whole_run`), for the page to quote."""
     rows = published_rows(("fit", "held-out"))
     versus = comparison(rows, ALLOCATOR_MARGIN)
     ratios = [float(row["planner / published"]) for row in versus]
@@ -350,7 +363,8 @@ def validation_summary() -> dict[str, Any]:
             "gpu_short": measured["planner short"], "gpu_short_with_context": measured["short with measured context"],
             "gpu_context_low_mib": measured["context low MiB"],
             "gpu_context_high_mib": measured["context high MiB"],
-            "assumed_context_mib": measured["assumed context MiB"]}
+            "assumed_context_mib": measured["assumed context MiB"],
+            "gpu_run": whole_run(run)}
 
 
 def _lines_job(job: tuple[FitConfig, dict[int, Any]]) -> tuple[str, dict[str, Any]]:
@@ -446,14 +460,18 @@ def work_entry(model_id: str) -> dict[str, Any]:
                        for k in adaptation_values(model_id, "freeze")}}
 
 
-def card_entry(key: str, card) -> dict[str, Any]:
+def card_entry(key: str, card, checked: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """A card as the page holds it: memory, bf16, and the training rate per precision the time estimate divides
-    by, with whether it was measured (`Card.training_tflops`, `bertmem.memory.speed.epoch_estimate`)."""
+    by, with whether it was measured (`Card.training_tflops`, `bertmem.memory.speed.epoch_estimate`) and, where
+    it was, what it rests on and how many held runs test it (`bertmem.book.time_check.rate_note`)."""
     precisions = ("fp32", "fp16", "bf16") if card.low_precision() == "bf16" else ("fp32", "fp16")
+    checked = time_check() if checked is None and card.measured_tflops else checked
+    rates = {p: {"tflops": card.training_tflops(p), "measured": card.rate_measured(p)} for p in precisions}
+    for p, rate in rates.items():
+        if rate["measured"]:
+            rate["note"] = rate_note(card, p, checked)
     return {"key": key.lower(), "name": card.name, "memory": card.memory_mib * 2**20,
-            "bf16": card.low_precision() == "bf16", "utilisation": card.utilisation,
-            "rates": {p: {"tflops": card.training_tflops(p), "measured": card.rate_measured(p)}
-                      for p in precisions}}
+            "bf16": card.low_precision() == "bf16", "utilisation": card.utilisation, "rates": rates}
 
 
 def page_constants() -> dict[str, Any]:
@@ -461,10 +479,12 @@ def page_constants() -> dict[str, Any]:
     rank): the planner's constants, the cards, the time estimate's defaults and each model's work per example
     (`scripts/make_fit_page.py --constants-only` refreshes just these)."""
     request = PlanRequest()
+    checked = time_check()
     return {"margin": request.allocator_margin, "context": request.cuda_context_bytes, "max_batch": MAX_BATCH,
-            "cards": [card_entry(key, card) for key, card in CARDS.items() if card.memory_mib],
+            "cards": [card_entry(key, card, checked) for key, card in CARDS.items() if card.memory_mib],
             "epoch": {"examples": BOOK_EXAMPLES, "floor_s": micro_step_floor_seconds(),
-                      "counts": [list(pair) for pair in book_length_counts()], "checked": time_check_summary()},
+                      "counts": [list(pair) for pair in book_length_counts()],
+                      "checked": time_check_summary(checked)},
             "work": {"fields": list(WORK_FIELDS), "models": {m: work_entry(m) for m in KNOWN_MODELS}}}
 
 
@@ -501,5 +521,5 @@ __all__ = ["ADAPTATIONS", "FIT_LENGTHS", "FIT_OPTIMIZERS", "FIT_PRECISIONS", "LO
            "LINES_KEYS", "NotAffine", "PREFIX", "accelerate_answer", "adaptation_values", "affine_family", "card_entry",
            "config_lines", "expand", "family_lines", "family_plan", "grid", "levers", "model_lengths",
            "optimizer_facts", "optimizer_family", "page_constants", "page_data", "peak_lines", "pool_map",
-           "read_page_data", "reusable", "runs_of_steps", "upper_envelope", "write_page_data",
-           "write_stored_lines"]
+           "read_page_data", "reusable", "runs_of_steps", "upper_envelope", "validation_summary",
+           "whole_run", "write_page_data", "write_stored_lines"]

@@ -1,6 +1,7 @@
 """The time per epoch estimate (`bertmem.memory.speed.epoch_estimate`: what `bertmem plan` and the "Will it fit?"
-page print) held against every training time the book holds: appendix A3's measured epochs and the published
-training throughputs (`benchmarks/epoch_estimates.py` prints the table)."""
+page print) held against every training time the book holds that it can estimate: appendix A3's measured epochs
+and the published training throughputs, less those `left_out` names (`benchmarks/epoch_estimates.py` prints the
+table)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 
 from bertmem.book.gpu_measured import recorded_gpu_run
 from bertmem.book.published import published_throughput
-from bertmem.memory.cards import CARDS, card_for
+from bertmem.memory.cards import CARDS, Card, card_for, with_article
 from bertmem.memory.estimate import model_work
 from bertmem.memory.speed import ModelWork, epoch_estimate
 
@@ -20,7 +21,8 @@ STEPS = 100  # published throughputs are steady rates: an epoch of this many who
 def _row(source: str, card, step: str, precision: str, micro_batch: int, examples: int, tokens: float,
          measured_s: float, work: ModelWork) -> dict[str, Any]:
     estimate = epoch_estimate(work, examples, tokens, micro_batch, card, precision)
-    return {"source": source, "card": card.name, "step": step, "estimated (s)": estimate.seconds,
+    return {"source": source, "card": card.name, "precision": precision, "step": step,
+            "estimated (s)": estimate.seconds,
             "measured (s)": measured_s, "estimated / measured": estimate.seconds / measured_s,
             "bound": estimate.bound, "rate (TFLOP/s)": estimate.rate_tflops,
             "rate": "published" if card.rate_measured(precision) else f"{card.utilisation:.0%} of peak",
@@ -69,11 +71,62 @@ def time_check() -> list[dict[str, Any]]:
     return measured_epochs() + published_epochs()
 
 
+def left_out() -> list[dict[str, Any]]:
+    """The published throughputs the check does not hold, each with why: the rows the throughput table marks
+    `excluded` (not the plain recipe chapter 5 compares: another optimizer, checkpointing with accumulation; or
+    TF32), and the other rows in a precision no card has a rate for (TF32: the card table keeps no TF32 peak)."""
+    rows = []
+    for row in published_throughput(("compare", "other-framework", "excluded")):
+        card = CARDS[row["card_key"]]
+        no_rate = row["precision"] not in card.peak_tflops
+        if row["role"] != "excluded" and not no_rate:
+            continue
+        rows.append({"source": row["source"], "card": card.name, "precision": row["precision"],
+                     "step": f"{row['model'].removesuffix('-uncased')} {row['batch']} × {row['seq_len']}, "
+                             f"{row['precision']}", "excluded": row["role"] == "excluded", "no rate": no_rate,
+                     "note": row["note"]})
+    return rows
+
+
+def left_out_words(rows: list[dict[str, Any]] | None = None) -> str:
+    """'4 published rows the throughput table marks excluded, 1 of them in TF32, and 2 more in TF32, which no
+    card's rate covers' (the "Will it fit?" page)."""
+    rows = left_out() if rows is None else rows
+    excluded = [r for r in rows if r["excluded"]]
+    tf32 = sum(r["no rate"] for r in excluded)
+    others = sum(r["no rate"] and not r["excluded"] for r in rows)
+    unrated = " or ".join(sorted({r["precision"].upper() for r in rows if r["no rate"]}))  # TF32
+    words = []
+    if excluded:
+        words.append(f"{len(excluded)} published row{'s' * (len(excluded) != 1)} the throughput table marks "
+                     f"excluded" + (f", {tf32} of them in {unrated}" + ("," if others else "") if tf32 else ""))
+    if others:
+        words.append(f"{others} {'more ' if excluded else ''}in {unrated}, which no card's rate covers")
+    return " and ".join(words) if words else "none"
+
+
+def rate_note(card: Card, precision: str, rows: list[dict[str, Any]] | None = None) -> str | None:
+    """What a card's measured rate rests on and how many of the held runs test it, for the pages that quote the
+    rate ("Will it fit?", the introduction's minutes); None for an assumed rate."""
+    if not card.rate_measured(precision):
+        return None
+    rows = time_check() if rows is None else rows
+    held = sum(r["card"] == card.name and r["precision"] == precision for r in rows)
+    runs = (f"none of the {len(rows)} training times the book holds the estimate against is "
+            f"{with_article(card.name)} {precision} run" if held == 0
+            else f"{held} of the {len(rows)} training times the book holds the estimate against "
+                 f"{'is' if held == 1 else 'are'} {card.name} {precision} run{'s' * (held != 1)}")
+    return (f"the {card.name}'s {precision} rate ({card.training_tflops(precision):g} TFLOP/s) rests on "
+            f"{card.measured_basis[precision]}; {runs}")
+
+
 def time_check_summary(rows: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    """How the estimate did (the "Will it fit?" page quotes it, the benchmark prints it): the runs, and the
-    lowest, median and highest estimate / measured."""
+    """How the estimate did (the "Will it fit?" page quotes it, the benchmark prints it): the runs, the lowest,
+    median and highest estimate / measured, and the published rows left out."""
     ratios = sorted(row["estimated / measured"] for row in (time_check() if rows is None else rows))
-    return {"runs": len(ratios), "low": ratios[0], "median": statistics.median(ratios), "high": ratios[-1]}
+    return {"runs": len(ratios), "low": ratios[0], "median": statistics.median(ratios), "high": ratios[-1],
+            "left_out": left_out_words()}
 
 
-__all__ = ["measured_epochs", "published_epochs", "time_check", "time_check_summary"]
+__all__ = ["left_out", "left_out_words", "measured_epochs", "published_epochs", "rate_note", "time_check",
+           "time_check_summary"]

@@ -10,6 +10,7 @@ from bertmem.core.locks import FolderInUse, FolderLock
 from bertmem.core.runtime import (
     on_colab,
     output_folder,
+    shown_folder,
     progress,
     quiet_bitsandbytes_notice,
     seed_everything,
@@ -18,6 +19,6 @@ from bertmem.core.runtime import (
 from bertmem.core.units import GIB, MIB
 
 __all__ = ["GIB", "MIB", "FolderInUse", "FolderLock", "cuda_free_bytes", "empty_cache", "interrupt_after",
-    "model_device", "move_to", "on_colab", "out_of_memory_above", "output_folder", "progress",
+    "model_device", "move_to", "on_colab", "out_of_memory_above", "output_folder", "shown_folder", "progress",
     "quiet_bitsandbytes_notice", "resolve_device", "seed_everything", "stops_on_sigterm", "synchronize",
     "where_runs_live"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import random
 import sys
+import tempfile
 import warnings
 from pathlib import Path
 from typing import Iterable
@@ -73,15 +74,21 @@ def colab_runs_root(content: Path | None = None) -> Path:
 
 
 def output_folder(name: str, content: Path | None = None) -> Path:
-    """Where a chapter writes a run: on Colab under `colab_runs_root` (Drive when mounted), elsewhere a fresh
-    temporary folder (chapters 5b, A1)."""
-    if on_colab():
-        folder = colab_runs_root(content) / name
-        folder.mkdir(parents=True, exist_ok=True)
-        return folder
-    import tempfile
+    """Where a chapter writes a run, the same folder on every run so a rerun replaces the last: on Colab under
+    `colab_runs_root` (Drive when mounted), elsewhere `bertmem-runs/<name>` in the temporary folder (A1)."""
+    root = colab_runs_root(content) if on_colab() else Path(tempfile.gettempdir()) / RUNS_FOLDER
+    folder = root / name
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
 
-    return Path(tempfile.mkdtemp(prefix=f"bertmem-{name}-"))
+
+def shown_folder(folder: str | Path) -> str:
+    """A run folder as a page prints it: one under the temporary folder as `<temporary folder>/…`, so the page
+    holds no machine path (`tempfile.gettempdir()` says where that is) (A1)."""
+    folder, temporary = Path(folder), Path(tempfile.gettempdir())
+    if folder == temporary or temporary in folder.parents:
+        return str(Path("<temporary folder>") / folder.relative_to(temporary))
+    return str(folder)
 
 
 def where_runs_live(folder: str | Path, content: Path | None = None) -> str:

@@ -65,17 +65,19 @@ def atomic_save(obj: Any, path: str | os.PathLike) -> Path:
     """`torch.save` to a temporary file in the same folder, then rename: a crash never leaves half a file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
-    try:
-        with signals_deferred():  # Ctrl-C or SIGTERM now would cut the file: they wait for the rename
+    # Ctrl-C or SIGTERM wait from before the temporary file exists until it is renamed or removed: one arriving
+    # between `mkstemp` and the cleanup below would otherwise leave a *.tmp behind.
+    with signals_deferred():
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+        try:
             with os.fdopen(fd, "wb") as handle:
                 torch.save(obj, handle)
                 handle.flush()
                 os.fsync(handle.fileno())
             os.replace(tmp, path)
-    except BaseException:  # a failed write, or an interrupt raised after it: never leave a *.tmp behind
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        except BaseException:  # a failed write: never leave a *.tmp behind
+            Path(tmp).unlink(missing_ok=True)
+            raise
     return path
 
 

@@ -35,12 +35,17 @@ class Card:
     # TFLOP/s a BERT-class fine-tune was measured to reach on this card, by precision, and where it was published
     measured_tflops: dict[str, float] = field(default_factory=dict)
     measured_source: str = ""
+    # what each measured rate rests on, in a phrase the pages quote (`bertmem.book.time_check.rate_note`)
+    measured_basis: dict[str, str] = field(default_factory=dict)
     memory_source: str = ""  # where the nvidia-smi total was read
     pattern: str = ""  # how a CUDA device name names this card (a regular expression); default: its key as a word
 
     def __post_init__(self) -> None:
         if "fp32" not in self.peak_tflops or min(self.peak_tflops.values()) <= 0:
             raise ValueError(f"{self.name}: peak_tflops needs a positive 'fp32' entry, got {self.peak_tflops}")
+        if set(self.measured_basis) != set(self.measured_tflops):
+            raise ValueError(f"{self.name}: say what each measured rate rests on (measured_basis), got "
+                             f"{sorted(self.measured_basis)} for {sorted(self.measured_tflops)}")
         if not 0 < self.utilisation <= 1:
             raise ValueError(f"{self.name}: utilisation must be in (0, 1], got {self.utilisation}")
 
@@ -81,6 +86,12 @@ CARDS = {  # NVIDIA datasheets and whitepapers (references.bib: the `source` of 
     # (liu2022gact's speed results). tests/test_workload.py derives both from the count.
     "T4": Card("Colab T4", 15360, {"fp32": 8.1, "fp16": 65.0}, "nvidia2018t4",
                measured_tflops={"fp16": 9.39, "fp32": 3.67}, measured_source="earino2026t4,liu2022gact",
+               measured_basis={
+                   "fp16": "one blog run's time per batch for ModernBERT-base (32 × 128 tokens on a Kaggle T4; "
+                           "its library versions not given)",
+                   "fp32": "GACT's bert-base at micro-batch 8 on a card inferred to be a T4, timed over forward "
+                           "and backward without optimizer.step, as every GACT run the book takes is; the time "
+                           "check holds that run too (it agrees there by construction)"},
                memory_source=MODAL_TOTALS),
     "L4": Card("L4", 23034, {"fp32": 30.3, "fp16": 121.0, "bf16": 121.0}, "nvidia2023l4", memory_source=MODAL_TOTALS),
     "A10": Card("A10", 23028, {"fp32": 31.2, "fp16": 125.0, "bf16": 125.0}, "nvidia2021a10",

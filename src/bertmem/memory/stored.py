@@ -3,7 +3,8 @@
 (chapter 5, the "Will it fit?" page).
 
 For one configuration the live bytes after each event of the estimated step are `fixed + b · per example` in the
-micro-batch b, exactly (`bertmem.book.fit_page` makes them from two estimates); the step peak at any b up to the
+micro-batch b, exactly (`bertmem.book.fit_page` makes them from two estimates, and keeps a third for micro-batch 1
+where one example is off the lines: ModernBERT's eager attention); the step peak at any b up to the
 stored search limit is the highest of the kept lines, plus the optimizer's state, or the optimizer's own step on
 top of the end of backward. A LoRA rank or a number of frozen layers is a member of a family stored as segments
 (a first member and a whole step per member) and members stored as estimated (`expand`)."""
