@@ -380,7 +380,7 @@ def reader_file_cells(settings: dict[str, str | None]) -> list[str]:
              'TEXT_COLUMN = "body"': f"TEXT_COLUMN = {settings['text']!r}",
              'SECOND_TEXT_COLUMN = "subject"  # None: one text column': f"SECOND_TEXT_COLUMN = {settings['second']!r}",
              'LABEL_COLUMN = "category"': f"LABEL_COLUMN = {settings['label']!r}",
-             "NEW_ROWS_FILE = None  # rows to label after training; None: the held-out rows":
+             "NEW_ROWS_FILE = None  # rows to label, same text column(s); None: the held-out rows":
                  f"NEW_ROWS_FILE = {settings.get('new_rows')!r}",
              "MAX_LENGTH = profile.max_length if on_gpu else 128  # tokens per example": "MAX_LENGTH = 32"}
     mine = setup
@@ -399,15 +399,21 @@ def test_appendix_1_runs_on_a_readers_file_with_one_text_column_and_labels_its_h
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the page's run folder
     tickets = ticket_frame(rows=60, classes=3, seed=1)
     mine = tmp_path / "mine.csv"  # the file: labels in 'topic', one text column
-    pd.DataFrame({"id": tickets["ticket_id"], "message": tickets["body"], "topic": tickets["category"]}).to_csv(
-        mine, index=False)
+    codes = {name: 10 * (i + 1) for i, name in enumerate(sorted(set(tickets["category"])))}  # numeric labels
+    pd.DataFrame({"id": tickets["ticket_id"], "message": tickets["body"],
+                  "topic": tickets["category"].map(codes)}).to_csv(mine, index=False)
     before = hashlib.sha256(mine.read_bytes()).hexdigest()
     cells = reader_file_cells({"file": str(mine), "text": "message", "second": None, "label": "topic"})
     namespace = run_cells(cells, quiet({}))
     said = capsys.readouterr().out
-    predicted = pd.read_csv(tmp_path / "bertmem-runs" / "A1" / "predictions.csv", keep_default_na=False)
+    predicted = pd.read_csv(tmp_path / "bertmem-runs" / "A1" / "predictions.csv", keep_default_na=False, dtype=str)
     assert len(predicted) == namespace["summary"]["eval_examples"] and "held-out row" in predicted
-    assert set(predicted["predicted"]) <= set(tickets["category"]) and "with the label they had" in said
+    assert set(predicted["predicted"]) <= {str(code) for code in codes.values()} and "with the label they had" in said
+    # the page's count of hits, against one made here from the file as written (labels as text)
+    expected = int((predicted["predicted"] == namespace["truth"].astype(str)).sum())
+    assert expected >= 1 and namespace["hits"] == expected, (namespace["hits"], expected)
+    right = namespace["summary"]["final"]["accuracy"] * len(predicted)  # the run's own count, in its precision
+    assert abs(expected - right) <= max(1, len(predicted) // 10), (expected, right)
     assert "--second-text-column" not in " ".join(sum(namespace["commands"].values(), []))  # one column
     assert (tmp_path / "bertmem-runs" / "A1" / "cli" / "model").is_dir()  # the command line's run kept its model
     assert hashlib.sha256(mine.read_bytes()).hexdigest() == before  # the reader's file is never written to

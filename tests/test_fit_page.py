@@ -239,6 +239,28 @@ def test_the_page_quotes_the_readings_it_was_checked_against_and_the_gpu_run(dat
     assert summary["gpu_context_low_mib"] > summary["assumed_context_mib"]  # A3's card took more than assumed
 
 
+def test_the_page_describes_the_checked_runs_from_the_rows():
+    """The published runs the planner is checked against are described from the CSV (all fp32, eager attention,
+    some with checkpointing, some nvidia-smi upper bounds), and the words follow the rows."""
+    import dataclasses
+
+    from bertmem.book.fit_page import checks_described
+    from bertmem.book.published import published_rows
+
+    rows = published_rows(("check",))
+    words = checks_described(rows)
+    assert "all fp32 with eager attention" in words and "4 with gradient checkpointing" in words
+    assert "11 ran or ran out of memory and 5 are nvidia-smi readings" in words
+    assert all(card in words for card in ("V100 16GB", "RTX 2080 Ti", "Quadro RTX 5000", "RTX 2070 Max-Q", "T4"))
+    half = [dataclasses.replace(rows[0], precision="fp16")] + rows[1:]
+    assert "fp16 or fp32 with eager attention" in checks_described(half)
+    plain = [dataclasses.replace(r, gradient_checkpointing=False, measured="fits") for r in rows]
+    assert "none with gradient checkpointing" in checks_described(plain)
+    assert "16 ran or ran out of memory;" in checks_described(plain)
+    page = " ".join((DATA.parents[1] / "will_it_fit.md").read_text(encoding="utf-8").split())
+    assert "all fp32 with eager attention and every weight trained" in page
+
+
 def test_the_whole_run_note_follows_a3s_recorded_run():
     """The page answers for one training step; its note quotes A3's whole run of chapter 5's recipe against one
     step of its nominal shape, and whether the planner's defaults were short, from the recorded run: a run that
@@ -261,4 +283,4 @@ def test_the_whole_run_note_follows_a3s_recorded_run():
     flipped = whole_run(lower)
     assert not flipped["planner_short"] and flipped["run_over_step"] < 0
     script = (DATA.parent / "will_it_fit.js").read_text(encoding="utf-8")
-    assert "v.gpu_run.planner_short ? \"short\"" in script and "Fits, for one training step." in script
+    assert "v.gpu_run.planner_short ? \"short\"" in script and "Estimated to fit, for one training step." in script

@@ -171,6 +171,9 @@ def test_levers_side_by_side_on_a_tiny_model(tmp_path, synthetic_frame):
     assert by_lever[FULL]["trainable share"] == 1.0 and by_lever["LoRA r=8"]["trainable share"] < 0.2
     assert by_lever["LoRA r=8"]["optimizer state (MiB)"] < by_lever[FULL]["optimizer state (MiB)"] / 5
     assert "accuracy Δ vs noise" in by_lever["LoRA r=8"] and "accuracy Δ vs noise" not in by_lever[FULL]
+    # whether a lever's runs differed from full fine-tuning at all, seed by seed (chapter 8's 8-bit question)
+    assert by_lever["LoRA r=8"]["largest step-loss gap"] > 0 and by_lever[FULL]["eval loss"] > 0
+    assert 0 <= by_lever["LoRA r=8"]["answers changed"] <= 2 * 16 and "answers changed" not in by_lever[FULL]
 
 
 def test_the_levers_run_with_the_functions_a_chapter_passes(tmp_path, synthetic_frame):

@@ -69,6 +69,10 @@ def test_paired_comparison_of_identical_predictions_has_no_noise():
     same = [[1, 0, 1, 1], [0, 1, 1, 1]]
     verdict = compare_paired(same, same)
     assert (verdict.difference, verdict.low, verdict.high, verdict.within_noise) == (0.0, 0.0, 0.0, True)
+    assert verdict.changed == 0 and verdict.describe(" points", 100).startswith(
+        "no answer changed: right or wrong alike on all 8 pairs")  # not an interval of zero width
+    moved = compare_paired(same, [[1, 0, 1, 1], [0, 1, 0, 1]])
+    assert moved.changed == 1 and moved.describe(" points", 100).startswith("-12.5 points (95 % interval")
 
 
 def test_paired_comparison_finds_a_small_difference_the_unpaired_test_calls_noise():

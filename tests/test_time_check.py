@@ -85,3 +85,23 @@ def test_a_measured_rate_says_what_it_rests_on_and_how_many_held_runs_test_it():
     assert "None of the runs the book holds its time estimate against is a T4 fp16 run" in readme
     assert "none of the book's time checks below is a T4 fp16 run" in page
     assert fp16[:1].upper() + fp16[1:] in intro and fp32[:1].upper() + fp32[1:] in intro
+
+
+def test_the_spread_says_what_the_held_runs_cover_and_the_words_follow_the_rows():
+    """Every held run is a full fine-tune of a BERT at most 512 tokens long, without gradient checkpointing: the
+    page says so under the spread (`scope_words`, in the page data), and a run outside that changes the words."""
+    from bertmem.book.time_check import scope_words, time_check_summary
+
+    rows = time_check()
+    words = scope_words(rows)
+    assert words == "full fine-tunes of bert-base or bert-large at up to 512 tokens, without gradient checkpointing"
+    assert time_check_summary(rows)["scope"] == words
+    one = rows[0]
+    assert "1 with gradient checkpointing" in scope_words(rows + [dict(one, checkpointing=True)])
+    assert scope_words(rows + [dict(one, trains="LoRA adapters")]).startswith("fine-tunes (LoRA adapters or every")
+    assert "bert-base, bert-large or roberta-base" in scope_words(rows + [dict(one, model="roberta-base")])
+    assert "up to 1024 tokens" in scope_words(rows + [dict(one, longest=1024)])
+    script = (ROOT / "book" / "_static" / "will_it_fit.js").read_text(encoding="utf-8")
+    assert "checked.scope" in script
+    page = " ".join((ROOT / "book" / "will_it_fit.md").read_text(encoding="utf-8").split())
+    assert "All of them are full fine-tunes of bert-base or bert-large at up to 512 tokens" in page

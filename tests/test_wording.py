@@ -3,6 +3,8 @@
 import pytest
 
 from bertmem.book.wording import (
+    runs_part,
+    seeds_direction,
     BAND,
     against_limit,
     autocast_activations,
@@ -301,3 +303,16 @@ def test_micro_batch_cost_decides_only_where_every_round_agrees():
     assert "not every round was more than 3% slower" in micro_batch_cost([1.02, 1.10], "4 × 4", "16 × 1")
     assert micro_batch_cost([1.2], "8 × 4", "32 × 1") == (
         "micro-batch 8 × 4 took 1.20× the training time of 32 × 1 in its one round: slower")
+
+
+def test_the_seeds_direction_follows_each_seeds_difference():
+    assert seeds_direction([0.041, 0.023]) == ("raised macro-F1 in both seeds (+4.1, +2.3 points): a direction, "
+                                               "not yet its size")
+    assert seeds_direction([0.041, -0.01]).startswith("raised macro-F1 in 1 of 2 seeds (+4.1, -1.0 points): no ")
+    assert seeds_direction([-0.02, -0.01, -0.03]).startswith("lowered macro-F1 in all 3 seeds")
+    assert seeds_direction([0.0, -0.01]).startswith("raised macro-F1 in 0 of 2 seeds")
+
+
+def test_whether_two_optimizers_runs_parted_follows_the_gap():
+    assert runs_part(0.0123) == "are not AdamW's: their training losses part by up to 0.012 at one step"
+    assert runs_part(0.0).startswith("match AdamW's at every step")

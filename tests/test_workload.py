@@ -161,8 +161,12 @@ def test_cards_pick_their_sixteen_bit_format_and_reject_missing_peaks():
 def test_setup_line_says_how_long_here_and_on_a_t4():
     line = setup_line("00", get_profile("cpu", env={}))
     expected = chapter_minutes(get_profile("gpu", env={}), CARDS["T4"])["00"]
-    t4 = line.splitlines()[-1]
+    t4, numbers = line.splitlines()[-2:]
     assert t4.startswith("on a Colab T4 (gpu profile): ") and f"about {expected:.0f} min, estimated" in t4
+    # what the live numbers would come from there: the GPU profile's model and data, fp16 instead of bf16
+    gpu_data = chapter_settings("00", get_profile("gpu", env={})).data
+    assert numbers.startswith("on a T4 the live runs read bert-base-uncased: imdb, ")
+    assert f"{gpu_data.train_size} train" in numbers and "fp16 with loss scaling" in numbers
     recorded = cpu_profile_minutes()["00"]
     assert f"here (cpu profile, on a CPU): {recorded:.1f} min when the book was last executed" in line
     l4 = chapter_minutes(get_profile("gpu", env={}), CARDS["L4"])["05"]
@@ -175,7 +179,7 @@ def test_setup_line_says_how_long_here_and_on_a_t4():
     on_t4 = setup_line("05", get_profile("gpu", env={}), gpu_name="Tesla T4").splitlines()
     assert on_t4[-1].startswith("here (gpu profile, Tesla T4): about") and "fresh runtime" in on_t4[-1]
     assert not any(x.startswith("on a Colab T4") for x in on_t4)  # here is the T4: said once
-    full = setup_line("05", dataclasses.replace(get_profile("full", env={}), device="cpu"))
+    full = setup_line("05", dataclasses.replace(get_profile("full", env={}), device="cpu"))  # no T4-numbers line
     assert "not measured" in full.splitlines()[-2] and full.splitlines()[-1].startswith("on a Colab T4 (full profile)")
     # the recorded minutes are for the book's own CPU-profile settings: other settings are not measured
     changed = setup_line("00", get_profile("cpu", env={"BERTMEM_TRAIN_SIZE": "5000"}))
@@ -192,6 +196,21 @@ def test_the_recorded_cpu_minutes_are_the_notebooks_own():
     record = sync_chapter_minutes.cpu_profile_record()
     assert record["minutes"] == cpu_profile_minutes(), "run python scripts/sync_chapter_minutes.py"
     assert set(record["minutes"]) == {p.stem.split("_")[0] for p in (ROOT / "book").glob("*.ipynb")}
+    # each setup cell quotes the record the introduction shows (finding 11 of truth pass 5)
+    assert not sync_chapter_minutes.stale_quotes(record["minutes"]), "re-execute them, then sync again"
+
+
+def test_a_record_moves_only_when_a_chapters_time_moves_past_noise(monkeypatch):
+    import sys
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import sync_chapter_minutes
+
+    for measured, kept in ((2.2, 2.0), (1.75, 2.0), (2.4, 2.4), (1.6, 1.6)):
+        monkeypatch.setattr(sync_chapter_minutes, "measured_minutes", lambda path, m=measured: m)
+        minutes = sync_chapter_minutes.cpu_profile_record({"00": 2.0})["minutes"]
+        assert minutes["00"] == kept, (measured, minutes["00"])
+        assert minutes["01"] == round(measured, 1)  # not recorded before: the measurement
 
 
 def test_every_epoch_is_evaluated_in_the_estimate():

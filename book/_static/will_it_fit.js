@@ -404,14 +404,15 @@
     const plan = $("plan");
     verdict.className = result.fits ? "wif-verdict wif-yes" : "wif-verdict wif-no";
     if (result.fits) {
-      verdict.textContent = "Fits, for one training step. Largest micro-batch: " + result.largest
+      verdict.textContent = "Estimated to fit, for one training step. Largest micro-batch: " + result.largest
         + (result.largest >= data().max_batch ? " (searched up to " + data().max_batch + ")" : "") + ".";
       plan.textContent = "For an effective batch of " + result.effective_batch + ": micro-batch "
         + result.micro_batch + " × " + result.accumulation_steps + " accumulation step"
         + (result.accumulation_steps === 1 ? "" : "s") + ". Estimated peak " + gib(result.estimated_peak_bytes)
         + " GiB of the card's " + gib(card.memory) + " GiB, during " + result.peak_phase + ".";
     } else {
-      verdict.textContent = "Does not fit: for one training step, one example needs " + gib(result.one_example_bytes)
+      verdict.textContent = "Estimated not to fit: for one training step, one example is estimated to need "
+        + gib(result.one_example_bytes)
         + " GiB; " + (card.key === "custom" ? "" : "the ")
         + card.name + " has " + gib(card.memory) + " GiB.";
       plan.textContent = "";
@@ -431,7 +432,8 @@
     const rate = epoch ? card.rates[choice.precision] : null; // a measured rate says what it rests on
     $("time-check").textContent = epoch ? "Held against the " + checked.runs + " training times the book holds "
       + "and can estimate (left out: " + checked.left_out + "), such estimates came to " + checked.low.toFixed(2)
-      + "–" + checked.high.toFixed(2) + " × the measured time (median " + checked.median.toFixed(2) + ")."
+      + "–" + checked.high.toFixed(2) + " × the measured time (median " + checked.median.toFixed(2) + "); all "
+      + checked.runs + " were " + checked.scope + "; for any other choice the spread is untested."
       + (rate.note ? " " + rate.note.charAt(0).toUpperCase() + rate.note.slice(1) + "." : "") : "";
     $("tokens").placeholder = "IMDb's: " + bookTokens(choice.length).toFixed(1);
     $("examples").placeholder = "IMDb's: " + data().epoch.examples;
@@ -511,9 +513,11 @@
       + "readings (all " + v.readings_of + "; " + v.fit_readings + " of them used to fit the "
       + "allocator margin), the planner's answers came to " + v.ratio_low.toFixed(2) + "–" + v.ratio_high.toFixed(2)
       + " × the reading (" + v.held_low.toFixed(2) + "–" + v.held_high.toFixed(2) + " on the others), and it "
-      + "agreed with " + v.checks_agreeing + " of " + v.checks + " published runs that fit or ran out of memory. "
+      + "agreed with " + v.checks_agreeing + " of " + v.checks + " other published runs (" + v.checks_of + "). "
       + "On the " + v.gpu_card + " of appendix A3 the planner's defaults were short on " + v.gpu_short + " of "
-      + v.gpu_shapes + " measured shapes (" + v.gpu_short_with_context + " with each shape's measured CUDA context "
+      + v.gpu_shapes + " measured shapes"
+      + (v.gpu_short ? ", by up to " + (100 * v.gpu_short_most).toFixed(1) + " % of what the process used" : "")
+      + " (" + v.gpu_short_with_context + " with each shape's measured CUDA context "
       + "in place of the assumed one); the context there took " + Math.round(v.gpu_context_low_mib) + "–"
       + Math.round(v.gpu_context_high_mib) + " MiB against the " + Math.round(v.assumed_context_mib)
       + " MiB assumed. "

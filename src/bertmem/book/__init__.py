@@ -53,7 +53,9 @@ from bertmem.book.wording import (
     quadratic_claim,
     relative_size,
     resolution,
+    runs_part,
     same_losses,
+    seeds_direction,
     saving,
     size_change,
     what_stops_first,
@@ -68,5 +70,6 @@ __all__ = ["ChapterSettings", "LONG_TEXT_RUNS", "MESSY_FILES", "POST_TABLE", "ab
     "peak_change", "percent_side",
     "plot_memory_breakdown", "plot_step_timeline", "plot_token_lengths", "plural", "precision_against_record",
     "precision_claim", "published_rows", "quadratic_claim", "recorded_bench", "relative_size", "resolution",
-    "same_losses", "saving", "scaled_run", "setup_line", "size_change", "synthetic_batch", "synthetic_batches",
-    "tensor_peak_mib", "tiny_training_run", "try_loading", "what_stops_first", "write_corpus"]
+    "runs_part", "same_losses", "seeds_direction", "saving", "scaled_run", "setup_line", "size_change",
+    "synthetic_batch", "synthetic_batches", "tensor_peak_mib", "tiny_training_run", "try_loading", "what_stops_first",
+    "write_corpus"]

@@ -207,7 +207,10 @@ def chapter_runs(profile: Profile) -> dict[str, list[Run]]:
         "05": bench_runs(chapter_bench(settings["05"], profile)),
         "06": [Run(data["06-warmup"], precision["06-warmup"], epochs=2, repeats=2),
                Run(data["06-truncation"], precision["06-truncation"], repeats=2)],
-        "07": [], "A1": [], "A3": [], "A4": [],  # A3 reads a recorded GPU run and times one step; A4 trains nothing
+        "07": [], "A3": [], "A4": [],  # A3 reads a recorded GPU run and times one step; A4 trains nothing
+        # the demo file's 640 training and 160 held-out rows: one run, then three more for the class weights
+        "A1": [Run(DataConfig(dataset="tickets", train_size=640, eval_size=160, max_length=profile.max_length),
+                   "auto", repeats=4)],
         "08": lever_runs(settings["08"], profile.model_id),
         # three cuts per seed; then each seed's head model (already loaded) reads the long test reviews in
         # windows (about three windows of 512 per review longer than 512 tokens: three more evaluations each)
@@ -336,4 +339,15 @@ def setup_line(chapter: str, profile: Profile, gpu_name: str | None = None) -> s
         return f"{reads}\n{here_line(chapter, profile, gpu_name)}; {first}"
     gpu = profile if profile.name != "cpu" else get_profile("gpu", env={})  # a T4 runs the GPU profile
     t4 = f"on a {CARDS['T4'].name} ({gpu.name} profile): {estimate_phrase(chapter, gpu, CARDS['T4'])}; {first}"
-    return f"{reads}\n{here_line(chapter, profile, gpu_name)}\n{t4}"
+    lines = [reads, here_line(chapter, profile, gpu_name), t4]
+    if profile.name == "cpu":  # the numbers below are this CPU's: what a T4 would run instead
+        lines.append(t4_numbers_line(chapter, gpu))
+    return "\n".join(lines)
+
+
+def t4_numbers_line(chapter: str, gpu: Profile) -> str:
+    """What this chapter's live numbers would come from on a T4: the GPU profile's model and data, and fp16 where
+    a CPU run uses bf16 (setup cells)."""
+    reads = data_line(chapter, gpu).removeprefix("data: ")
+    return (f"on a T4 the live runs read {gpu.model_id}: {reads}; fp16 with loss scaling wherever a run here "
+            "uses bf16 (a T4 has no bf16)")

@@ -333,6 +333,40 @@ def readings_described(rows) -> str:
     return " and ".join(sorted({f"{row.model} at {row.seq_len} tokens on {row.card}" for row in rows}))
 
 
+def _listed(words: list[str], last: str = "and") -> str:
+    return ", ".join(words[:-1]) + f" {last} " + words[-1] if len(words) > 1 else words[0]
+
+
+def checks_described(rows) -> str:
+    """What the published runs the planner is checked against (fits, out of memory, or nvidia-smi's reading of a
+    run sized to fill its card) hold, from the rows themselves: 'bert-base and bert-large at 128 and 384 tokens,
+    all fp32 with eager attention, every weight trained with AdamW, 4 with gradient checkpointing; 11 ran or ran
+    out of memory and 5 are nvidia-smi readings of a run sized to fill its card, an upper bound of its need;
+    on V100 16GB, ...' (will it fit)."""
+    precisions = sorted({row.precision for row in rows})
+    attentions = sorted({row.attention for row in rows})
+    models = _listed(sorted({row.model.removesuffix("-uncased") for row in rows}))
+    lengths = _listed([str(n) for n in sorted({row.seq_len for row in rows})])
+    checkpointing = sum(row.gradient_checkpointing for row in rows)
+    adamw = all(row.optimizer == "adamw" for row in rows)
+    upper = sum(row.measured == "process_used_upper" for row in rows)
+    ran = sum(row.measured in ("fits", "oom") for row in rows)
+    cards = _listed(list(dict.fromkeys(row.card for row in rows)))
+    parts = [f"{models} at {lengths} tokens",
+             ("all " if len(precisions) == 1 else "") + _listed(precisions, "or") + " with "
+             + _listed(attentions, "or") + " attention",
+             "every weight trained" + (" with AdamW" if adamw else ""),
+             ("none" if checkpointing == 0 else "all" if checkpointing == len(rows) else str(checkpointing))
+             + " with gradient checkpointing"]
+    kinds = []
+    if ran:
+        kinds.append(f"{ran} ran or ran out of memory")
+    if upper:
+        kinds.append(f"{upper} {'is an nvidia-smi reading' if upper == 1 else 'are nvidia-smi readings'} of a run "
+                     "sized to fill its card, an upper bound of its need")
+    return ", ".join(parts) + "; " + " and ".join(kinds) + f"; on {cards}"
+
+
 def whole_run(run: dict[str, Any]) -> dict[str, Any]:
     """A3's whole run of chapter 5's recipe (training and evaluation) against the one training step the planner
     answers for: its allocated peak, one step's of its nominal shape, the rise, what the process needed at least
@@ -351,16 +385,18 @@ def validation_summary() -> dict[str, Any]:
     versus = comparison(rows, ALLOCATOR_MARGIN)
     ratios = [float(row["planner / published"]) for row in versus]
     held = [float(row["planner / published"]) for row in versus if row["role"] == "held-out"]
-    checks = comparison(published_rows(("check",)), ALLOCATOR_MARGIN)
+    check_rows = published_rows(("check",))
+    checks = comparison(check_rows, ALLOCATOR_MARGIN)
     run = recorded_gpu_run()
     measured = calibration(run)
     return {"ratio_low": min(ratios), "ratio_high": max(ratios), "readings": len(ratios),
             "readings_of": readings_described(rows),
             "fit_readings": len(ratios) - len(held), "held_low": min(held), "held_high": max(held),
             "checks_agreeing": sum(row["planner / published"] == "agrees" for row in checks),
-            "checks": len(checks),
+            "checks": len(checks), "checks_of": checks_described(check_rows),
             "gpu_card": run["environment"]["gpu"], "gpu_shapes": measured["rows"],
             "gpu_short": measured["planner short"], "gpu_short_with_context": measured["short with measured context"],
+            "gpu_short_most": max(0.0, -measured["planner error low"]),  # the largest shortfall, a fraction
             "gpu_context_low_mib": measured["context low MiB"],
             "gpu_context_high_mib": measured["context high MiB"],
             "assumed_context_mib": measured["assumed context MiB"],
@@ -519,6 +555,7 @@ def read_page_data(path) -> dict[str, Any]:
 
 __all__ = ["ADAPTATIONS", "FIT_LENGTHS", "FIT_OPTIMIZERS", "FIT_PRECISIONS", "LORA_RANKS", "FitConfig", "MAX_BATCH",
            "LINES_KEYS", "NotAffine", "PREFIX", "accelerate_answer", "adaptation_values", "affine_family", "card_entry",
+           "checks_described",
            "config_lines", "expand", "family_lines", "family_plan", "grid", "levers", "model_lengths",
            "optimizer_facts", "optimizer_family", "page_constants", "page_data", "peak_lines", "pool_map",
            "read_page_data", "reusable", "runs_of_steps", "upper_envelope", "validation_summary",

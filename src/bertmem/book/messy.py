@@ -1,8 +1,8 @@
-"""Messy files of the kinds people export, each with the outcome the loader promises for it (chapter A1).
+"""Messy files of the kinds people export, each with the outcome the loader promises for it (appendices A1, A4).
 
 `write_corpus(folder)` writes every kind; `MESSY_FILES` states, for each, either what loading it gives (rows
 and classes) or the phrase its refusal must contain. The tests load every file the way `bertmem train` does
-and check the promise; chapter A1 shows the table live."""
+and check the promise; appendix A4 shows the table live."""
 
 from __future__ import annotations
 
@@ -215,7 +215,7 @@ MESSY_FILES = [
 
 
 def write_corpus(folder: Path) -> list[Path]:
-    """Write every messy file into `folder` (chapter A1); the same bytes on every run."""
+    """Write every messy file into `folder` (appendix A4); the same bytes on every run."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     paths = []
@@ -227,7 +227,7 @@ def write_corpus(folder: Path) -> list[Path]:
 
 
 def try_loading(messy: MessyFile, folder: Path, prepare: PrepareFrame = prepare_frame) -> dict:
-    """Load one messy file through the package's reader and `prepare`; what happened, as a table row (ch. A1)."""
+    """Load one messy file through the package's reader and `prepare`; what happened, as a table row (appendix A4)."""
 
     options = {"text_column": "text", "label_column": "label", **messy.options}
     try:
@@ -239,7 +239,7 @@ def try_loading(messy: MessyFile, folder: Path, prepare: PrepareFrame = prepare_
 
 
 def outcome_table() -> str:
-    """Every kind and its promised outcome, as a Markdown table (chapter A1)."""
+    """Every kind and its promised outcome, as a Markdown table (appendix A4)."""
     lines = ["| file | kind | options | promised outcome |", "|---|---|---|---|"]
     for messy in MESSY_FILES:
         options = ", ".join(f"{key}={value!r}" for key, value in messy.options.items()) or "—"

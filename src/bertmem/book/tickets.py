@@ -1,4 +1,4 @@
-"""A support-ticket file as real files come: skewed classes, two text columns, long and empty texts (A1, tests).
+"""A support-ticket file as real files come: skewed classes, two text columns, long and empty texts (A1, A4, tests).
 
 The book's demo data is balanced movie reviews; a reader's file rarely is. `write_tickets` writes a CSV of
 generated support tickets (`ticket_id, subject, body, category, created_at`) whose categories run from 30 % of
@@ -38,7 +38,7 @@ FILLER = ("hello team I am writing because something is not right with my order 
 
 def ticket_frame(rows: int = 1200, classes: int = 12, empty_share: float = 0.02, long_share: float = 0.1,
                  seed: int = 0) -> pd.DataFrame:
-    """`rows` generated tickets over the first `classes` categories, skewed as `CATEGORIES` says (A1, tests)."""
+    """`rows` generated tickets over the first `classes` categories, skewed as `CATEGORIES` says (A1, A4, tests)."""
     if not 2 <= classes <= len(CATEGORIES):
         raise ValueError(f"classes must be in [2, {len(CATEGORIES)}], got {classes}")
     if rows < classes:
@@ -64,7 +64,7 @@ def ticket_frame(rows: int = 1200, classes: int = 12, empty_share: float = 0.02,
 
 
 def write_tickets(path: str | Path, **kwargs) -> Path:
-    """Write `ticket_frame(**kwargs)` as a CSV (empty bodies as empty fields) and return its path (A1, tests)."""
+    """Write `ticket_frame(**kwargs)` as a CSV (empty bodies as empty fields) and return its path (A1, A4, tests)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     ticket_frame(**kwargs).to_csv(path, index=False)

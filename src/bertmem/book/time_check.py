@@ -19,9 +19,13 @@ STEPS = 100  # published throughputs are steady rates: an epoch of this many who
 
 
 def _row(source: str, card, step: str, precision: str, micro_batch: int, examples: int, tokens: float,
-         measured_s: float, work: ModelWork) -> dict[str, Any]:
+         measured_s: float, work: ModelWork, model: str, longest: int) -> dict[str, Any]:
+    """One held run: every one trains every weight without gradient checkpointing (`model` the checkpoint,
+    `longest` the most tokens one example holds), as the estimate beside it assumes (`scope_words`)."""
     estimate = epoch_estimate(work, examples, tokens, micro_batch, card, precision)
     return {"source": source, "card": card.name, "precision": precision, "step": step,
+            "model": model.removesuffix("-uncased"), "longest": longest, "trains": "every weight",
+            "checkpointing": False,
             "estimated (s)": estimate.seconds,
             "measured (s)": measured_s, "estimated / measured": estimate.seconds / measured_s,
             "bound": estimate.bound, "rate (TFLOP/s)": estimate.rate_tflops,
@@ -39,13 +43,15 @@ def measured_epochs(run: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     rows = []
     for key in BENCH_KEYS:
         settings = run[key]["settings"]
-        work = model_work(settings["model_id"].removesuffix(" (random weights)"))
+        model = settings["model_id"].removesuffix(" (random weights)")
+        work = model_work(model)
         examples = settings["train_size"]
         for row in run[key]["rows"]:
             rows.append(_row(f"A3, {key}", card, f"{row['variant']}, {row['micro-batch']} × "
                              f"{row['padded tokens per epoch'] / examples:.0f} tokens, {row['precision']}",
                              row["precision"], row["micro-batch"], examples,
-                             row["padded tokens per epoch"] / examples, row["time per epoch (s)"], work))
+                             row["padded tokens per epoch"] / examples, row["time per epoch (s)"], work, model,
+                             settings["max_length"]))
     return rows
 
 
@@ -62,7 +68,8 @@ def published_epochs(roles: tuple[str, ...] = ("compare", "other-framework")) ->
         rows.append(_row(f"{row['source']} ({row['framework']})", card,
                          f"{row['model'].removesuffix('-uncased')} {batch} × {length}, {row['precision']}",
                          row["precision"], batch, examples, float(length),
-                         examples / float(row["sequences_per_s"]), model_work(row["model"])))
+                         examples / float(row["sequences_per_s"]), model_work(row["model"]), row["model"],
+                         length))
     return rows
 
 
@@ -120,13 +127,31 @@ def rate_note(card: Card, precision: str, rows: list[dict[str, Any]] | None = No
             f"{card.measured_basis[precision]}; {runs}")
 
 
+def scope_words(rows: list[dict[str, Any]] | None = None) -> str:
+    """What the held runs cover, for the page to say under the spread: 'full fine-tunes of bert-base or
+    bert-large at up to 512 tokens, without gradient checkpointing' (a run with LoRA, frozen layers, checkpointing,
+    another model or a longer text changes the words)."""
+    rows = time_check() if rows is None else rows
+    models = sorted({r["model"] for r in rows})
+    names = ", ".join(models[:-1]) + " or " + models[-1] if len(models) > 1 else models[0]
+    full = all(r["trains"] == "every weight" for r in rows)
+    kinds = "full fine-tunes" if full else "fine-tunes (" + " or ".join(sorted({r["trains"] for r in rows})) + ")"
+    with_checkpointing = sum(bool(r["checkpointing"]) for r in rows)
+    checkpointing = ("without gradient checkpointing" if with_checkpointing == 0
+                     else "all with gradient checkpointing" if with_checkpointing == len(rows)
+                     else f"{with_checkpointing} with gradient checkpointing")
+    return f"{kinds} of {names} at up to {max(r['longest'] for r in rows)} tokens, {checkpointing}"
+
+
 def time_check_summary(rows: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """How the estimate did (the "Will it fit?" page quotes it, the benchmark prints it): the runs, the lowest,
-    median and highest estimate / measured, and the published rows left out."""
-    ratios = sorted(row["estimated / measured"] for row in (time_check() if rows is None else rows))
+    median and highest estimate / measured, what the runs cover (`scope_words`) and the published rows left
+    out."""
+    rows = time_check() if rows is None else rows
+    ratios = sorted(row["estimated / measured"] for row in rows)
     return {"runs": len(ratios), "low": ratios[0], "median": statistics.median(ratios), "high": ratios[-1],
-            "left_out": left_out_words()}
+            "scope": scope_words(rows), "left_out": left_out_words()}
 
 
-__all__ = ["left_out", "left_out_words", "measured_epochs", "published_epochs", "rate_note", "time_check",
-           "time_check_summary"]
+__all__ = ["left_out", "left_out_words", "measured_epochs", "published_epochs", "rate_note", "scope_words",
+           "time_check", "time_check_summary"]

@@ -7,7 +7,7 @@ and `tests/test_wording.py` renders every one with values on both sides of its t
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Mapping, Sequence
 
 BAND = 0.03  # a ratio within 3 % of 1 reads as "about the same": below the noise of one timing on a shared CPU
 NO_FAST_PATH = 3.0  # a precision taking over 3× fp32's time has no fast kernels here (emulated or converted)
@@ -373,3 +373,22 @@ def precision_against_record(here: str, recorded: str) -> str:
         return f"Both runs' mixed-precision rows ran {here}."
     return (f"This run's mixed-precision rows ran {here}, the recorded run's {recorded}: those rows compare "
             "different arithmetic, so their time and memory ratios do not carry over from one run to the other.")
+
+
+def seeds_direction(differences: Sequence[float], what: str = "macro-F1") -> str:
+    """'raised macro-F1 in both seeds (+4.1, +2.3 points): a direction, not yet its size' and its siblings: how
+    many paired seeds moved one way, with each difference (A1)."""
+    up, down, n = sum(d > 0 for d in differences), sum(d < 0 for d in differences), len(differences)
+    points = ", ".join(f"{100 * d:+.1f}" for d in differences) + " points"
+    every = "both seeds" if n == 2 else f"all {n} seeds"
+    if up == n or down == n:
+        return f"{'raised' if up == n else 'lowered'} {what} in {every} ({points}): a direction, not yet its size"
+    return f"raised {what} in {up} of {n} seeds ({points}): no direction at this size"
+
+
+def runs_part(gap: float, reference: str = "AdamW's") -> str:
+    """'are not AdamW's: their training losses part by up to 0.012 at one step' or 'match AdamW's at every step':
+    whether two optimizers' runs differed at all (chapter 8)."""
+    if gap > 0:
+        return f"are not {reference}: their training losses part by up to {gap:.2g} at one step"
+    return f"match {reference} at every step: their training losses are equal"

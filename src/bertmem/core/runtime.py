@@ -78,7 +78,10 @@ def output_folder(name: str, content: Path | None = None) -> Path:
     `colab_runs_root` (Drive when mounted), elsewhere `bertmem-runs/<name>` in the temporary folder (A1)."""
     root = colab_runs_root(content) if on_colab() else Path(tempfile.gettempdir()) / RUNS_FOLDER
     folder = root / name
-    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except PermissionError:  # a shared machine where another user made the folder: a fresh one of this user's
+        return Path(tempfile.mkdtemp(prefix=f"{RUNS_FOLDER}-{name}-"))
     return folder
 
 
@@ -102,7 +105,7 @@ def where_runs_live(folder: str | Path, content: Path | None = None) -> str:
         # Colab writes to Drive through a local cache and syncs later (googlecolab/colabtools#659, #2869)
         return (f"checkpoints and results go to {folder}, on Google Drive: a runtime reset cannot wipe them, but "
                 "Colab copies them to Drive some time after they are written, so the newest may be missing after "
-                "a reset (drive.flush_and_unmount() before you stop the runtime copies them)")
+                "a reset (drive.flush_and_unmount() before you stop the runtime asks Drive to copy what is pending)")
     return (f"checkpoints and results go to {folder}, which a Colab runtime reset wipes: mount Google Drive "
             f"(drive.mount(\"/content/drive\")) and choose a folder under {drive} to keep them")
 

@@ -103,8 +103,9 @@ def run_levers(run: RunConfig, data: DataConfig, recipes: dict[str, TrainConfig]
             raise RuntimeError(f"{lever} (seed {seed}): {done.note}; give the levers a smaller micro-batch "
                                "(DataConfig.micro_batch, BERTMEM_MICRO_BATCH)")
         result = done.result
-        runs[lever].append({"accuracy": result.final_metrics["accuracy"],
-                            "macro_f1": result.final_metrics["macro_f1"],
+        metrics = result.final_metrics
+        runs[lever].append({"accuracy": metrics["accuracy"], "macro_f1": metrics["macro_f1"],
+                            "eval_loss": metrics["eval_loss"], "losses": list(result.losses),
                             "time": result.epochs[-1]["train_time_s"], "correct": result.correct})
         steps.update(1)
     steps.close()
@@ -113,7 +114,7 @@ def run_levers(run: RunConfig, data: DataConfig, recipes: dict[str, TrainConfig]
 
 def _lever_rows(runs: dict[str, list[dict[str, Any]]], memory: dict[str, dict[str, float]]) -> list[dict[str, Any]]:
     """Mean ± std per lever and the accuracy difference to the first lever, paired by seed and test example."""
-    base_scores = [r["correct"] for r in next(iter(runs.values()))]  # every run evaluated: scores always kept
+    base = next(iter(runs.values()))  # every run evaluated: scores always kept
     rows = []
     for lever, results in runs.items():
         accuracy = summarize([r["accuracy"] for r in results])
@@ -121,12 +122,20 @@ def _lever_rows(runs: dict[str, list[dict[str, Any]]], memory: dict[str, dict[st
         row = {"lever": lever, **memory[lever],
                "time per epoch (s)": summarize([r["time"] for r in results]).mean,
                "accuracy": accuracy.mean, "accuracy std": accuracy.std, "macro-F1": f1.mean, "macro-F1 std": f1.std,
+               "eval loss": summarize([r["eval_loss"] for r in results]).mean,
                "accuracies": [r["accuracy"] for r in results]}
-        if rows:
-            verdict = compare_paired(base_scores, [r["correct"] for r in results])  # same seeds and examples
+        if rows:  # against the first lever, seed by seed: did the runs differ at all, and by how much
+            verdict = compare_paired([r["correct"] for r in base], [r["correct"] for r in results])
             row["accuracy Δ vs noise"] = verdict.describe(" points", scale=100)
+            row["answers changed"] = verdict.changed
+            row["largest step-loss gap"] = max(largest_gap(a["losses"], b["losses"]) for a, b in zip(base, results))
         rows.append(row)
     return rows
+
+
+def largest_gap(losses_a: list[float], losses_b: list[float]) -> float:
+    """The largest |difference| between two runs' training losses at the same optimizer step (chapter 8)."""
+    return max((abs(a - b) for a, b in zip(losses_a, losses_b)), default=0.0)
 
 
 def estimated_lever_rows(model: str = "bert-base-uncased", seq_len: int = 512, micro_batch: int = 8,

@@ -59,6 +59,7 @@ from bertmem.experiments.report import class_report, save_confusion
 from bertmem.loop.accelerate_loop import train_with_accelerate
 from bertmem.loop.baseline import TrainResult, evaluate, predict
 from bertmem.loop.checkpoint import CHECKPOINT_NAME
+from bertmem.loop.class_weights import balanced_weights, weigh_classes, weights_line
 from bertmem.loop.combined import encoder_levers, train
 from bertmem.loop.config import TINY_MODEL, RunConfig, TrainConfig
 from bertmem.loop.precision import DTYPES, choose_precision
@@ -158,6 +159,10 @@ def trained_summary(run: RunConfig, data: DataConfig, config: TrainConfig, prepa
     model, _ = build_model(run, names, data.window or data.max_length)
     if data.window is not None:  # every window of a text, its logits pooled, trained end to end (chapter 9)
         model = ChunkedClassifier(model)
+    if config.class_weights == "balanced":  # every backend reads the model's loss: weighted there (A1)
+        weights = balanced_weights(frames[0]["label"], len(names))
+        weigh_classes(model, weights)
+        print(weights_line(weights, names), flush=True)
     if device is not None and run.backend != "accelerate":  # Accelerate gives each process its own device
         model.to(device)  # placed once; every helper below follows the model
     compiled_from = compile_model(model, run.compile)  # lazily: the first forward pass compiles

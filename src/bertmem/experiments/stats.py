@@ -117,9 +117,14 @@ class PairedComparison(Comparison):
 
     low: float = 0.0
     high: float = 0.0
+    changed: int | None = None  # (seed, example) pairs whose right/wrong differs; None: not counted
+    pairs: int | None = None
 
     def describe(self, unit: str = "", scale: float = 1.0) -> str:
-        """e.g. '+1.2 points (95 % interval −0.8 to +3.1): within noise (paired: 3 seeds × 500 test examples)'."""
+        """e.g. '+1.2 points (95 % interval −0.8 to +3.1): within noise (paired: 3 seeds × 500 test examples)';
+        where no answer changed, says so instead of an interval of zero width (chapter 8)."""
+        if self.changed == 0:
+            return f"no answer changed: right or wrong alike on all {self.pairs} pairs ({self.basis})"
         verdict = "within noise" if self.within_noise else "larger than the noise"
         return (f"{self.difference * scale:+.1f}{unit} (95 % interval {bound(self.low * scale)} to "
                 f"{bound(self.high * scale)}): {verdict} ({self.basis})")
@@ -155,7 +160,8 @@ def compare_paired(correct_a: Sequence[Sequence[float]], correct_b: Sequence[Seq
     difference = float(diff.mean())
     basis = f"paired: {seeds} seed{'s' * (seeds > 1)} × {examples} test examples"
     return PairedComparison(difference, float(draws.std(ddof=1)), float(high - low) / 2,
-                            bool(low <= 0 <= high), basis, float(low), float(high))
+                            bool(low <= 0 <= high), basis, float(low), float(high), int((diff != 0).sum()),
+                            int(diff.size))
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ import torch
 
 from bertmem.core.flags import RefusesRenamed
 from bertmem.loop.accumulation import WEIGHTINGS
+from bertmem.loop.class_weights import CLASS_WEIGHTINGS
 from bertmem.loop.optim import OPTIMIZER_NAMES
 from bertmem.loop.precision import REQUESTS
 from bertmem.model.compiled import COMPILE_MODES
@@ -143,6 +144,9 @@ class TrainConfig:
                                                          "aliases": ("--gradient-accumulation-steps",)})
     loss_weighting: str = field(default="examples", metadata={
         "help": "weigh micro-batch losses by examples or labelled tokens (chapter 2)", "choices": WEIGHTINGS})
+    class_weights: str = field(default="none", metadata={
+        "help": "balanced weighs each example's loss by n / (K · n_k) of its class, so rare classes count as "
+                "much as common ones (A1)", "choices": CLASS_WEIGHTINGS})
     max_grad_norm: float | None = field(default=1.0, metadata={
         "help": "clip the gradient norm, once per optimizer step; 0 turns clipping off",
         "parse": _off_if_zero})
@@ -184,6 +188,8 @@ class TrainConfig:
             raise ValueError(f"accumulation_steps must be an int >= 1, got {self.accumulation_steps!r}")
         if self.loss_weighting not in WEIGHTINGS:
             raise ValueError(f"loss_weighting must be one of {WEIGHTINGS}, got {self.loss_weighting!r}")
+        if self.class_weights not in CLASS_WEIGHTINGS:
+            raise ValueError(f"class_weights must be one of {CLASS_WEIGHTINGS}, got {self.class_weights!r}")
         if self.max_grad_norm is not None and not (math.isfinite(self.max_grad_norm) and self.max_grad_norm > 0):
             raise ValueError(f"max_grad_norm must be a finite number > 0 or None, got {self.max_grad_norm}")
         if self.precision not in REQUESTS:

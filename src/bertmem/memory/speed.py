@@ -6,9 +6,10 @@ architecture the count does not cover, the book's fallback 6 · all parameters �
 reaches on the card (`Card.training_tflops`, in the same count: measured where the book has a measurement, else
 the datasheet peak times an assumed utilisation). Every example is taken at the mean length, so attention's
 s² is counted at the mean's square, a little under the mean of the squares. A FLOP count alone gives 8 × 4 and
-32 × 1 the same time, but small micro-batches pay per launch: appendix A3 measured a forward and backward pass of
-bert-base at micro-batch 8 taking 27–34 ms for lengths from 82 to 512 tokens on an H200, so no micro-step is
-estimated faster than the fastest of those. An estimate, never a measurement: every line it prints says so."""
+32 × 1 the same time, but a small micro-batch's step does not shrink with its work (launch overhead is A3's
+hypothesis for why): appendix A3 measured a forward and backward pass of bert-base at micro-batch 8 taking 27–34 ms
+(medians, lengths already seen) for lengths from 82 to 512 tokens on an H200, so no micro-step is estimated faster
+than the fastest of those. An estimate, never a measurement: every line it prints says so."""
 
 from __future__ import annotations
 
@@ -112,7 +113,7 @@ class EpochEstimate:
     micro_steps: int
     tokens: int
     seconds_per_micro_step: float
-    bound: str  # "compute" (FLOPs over the rate) or "per-step floor" (A3's measured launch-bound step)
+    bound: str  # "compute" (FLOPs over the rate) or "per-step floor" (A3's fastest measured step)
     rate_tflops: float
     card: str
     basis: str
