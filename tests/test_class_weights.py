@@ -69,3 +69,20 @@ def test_the_command_line_weighs_classes_when_asked(tmp_path, reviews_csv, capsy
     assert "class weights (balanced, n / (K · n_k)): from " in capsys.readouterr().out
     assert main(cli_args(reviews_csv, tmp_path / "plain", "--max-steps", "1", "--no-save-model")) == 0
     assert "class weights" not in capsys.readouterr().out
+
+
+def test_pooled_windows_train_on_the_weighted_loss_of_their_documents():
+    from bertmem.model.chunked import ChunkedClassifier
+
+    model = ChunkedClassifier(toy_model()).train()
+    g = torch.Generator().manual_seed(0)
+    batch = {"input_ids": torch.randint(5, 1000, (5, 16), generator=g),
+             "attention_mask": torch.ones(5, 16, dtype=torch.long),
+             "document": torch.tensor([0, 0, 1, 2, 2]), "labels": torch.tensor([0, 1, 1])}  # 5 windows, 3 documents
+    weights = torch.tensor([0.25, 4.0])
+    weigh_classes(model, weights)
+    torch.manual_seed(1)
+    out = model(**batch)
+    per_document = torch.nn.functional.cross_entropy(out.logits, batch["labels"], reduction="none")
+    assert float(out.loss) == pytest.approx(float((weights[batch["labels"]] * per_document).mean()))
+    assert float(out.loss) != pytest.approx(float(per_document.mean()), rel=1e-3)
