@@ -9,7 +9,7 @@ from test_cli_backends import toy_loader, toy_model
 
 from bertmem.cli import main
 from bertmem.loop.accelerate_loop import train_with_accelerate
-from bertmem.loop.class_weights import balanced_weights, weigh_classes, weighted_loss, weights_line
+from bertmem.loop.class_weights import balanced_weights, weigh_classes, weights_line
 from bertmem.loop.combined import train
 from bertmem.loop.config import RunConfig, TrainConfig
 from bertmem.loop.hf_trainer import train_with_trainer
@@ -35,7 +35,6 @@ def test_the_weighted_loss_replaces_the_models_loss_in_training_only():
     torch.manual_seed(1)
     weighted = model(**batch)
     loss = float(weighted.loss)
-    assert loss == pytest.approx(float(weighted_loss(weighted.logits, batch["labels"], weights)))
     torch.manual_seed(1)
     per_example = torch.nn.functional.cross_entropy(model(**batch).logits, batch["labels"], reduction="none")
     assert loss == pytest.approx(float((weights[batch["labels"]] * per_example).mean()))
@@ -64,11 +63,31 @@ def test_every_backend_trains_on_the_weighted_loss(tmp_path):
 
 
 def test_the_command_line_weighs_classes_when_asked(tmp_path, reviews_csv, capsys):
-    assert main(cli_args(reviews_csv, tmp_path / "weighted", "--class-weights", "balanced", "--max-steps", "1",
-                         "--no-save-model")) == 0
+    import json
+
+    import pandas as pd
+
+    reviews = pd.read_csv(reviews_csv)
+    rare = reviews["sentiment"] == reviews["sentiment"].iloc[0]
+    skewed = tmp_path / "skewed.csv"  # a balanced file has every weight 1: the same loss either way
+    pd.concat([reviews[~rare], reviews[rare].head(int(rare.sum()) // 3)]).to_csv(skewed, index=False)
+    small = ("--train-size", "48", "--eval-size", "16", "--max-steps", "1", "--no-save-model")
+    assert main(cli_args(skewed, tmp_path / "weighted", "--class-weights", "balanced", *small)) == 0
     assert "class weights (balanced, n / (K · n_k)): from " in capsys.readouterr().out
-    assert main(cli_args(reviews_csv, tmp_path / "plain", "--max-steps", "1", "--no-save-model")) == 0
+    assert main(cli_args(skewed, tmp_path / "plain", *small)) == 0
     assert "class weights" not in capsys.readouterr().out
+    first = {run: json.loads((tmp_path / run / "metrics.json").read_text())["history"][0]["loss"]
+             for run in ("weighted", "plain")}
+    assert first["weighted"] != pytest.approx(first["plain"], rel=1e-4)  # the weights reached the loss trained on
+
+
+def test_a_recipe_asking_for_class_weights_refuses_a_model_nobody_weighted():
+    config = TrainConfig(epochs=1, learning_rate=1e-3, class_weights="balanced")
+    with pytest.raises(ValueError, match="needs the weights from the training labels"):
+        train(toy_model(), toy_loader(), config, run=RunConfig(progress=False))
+    model = toy_model()
+    weigh_classes(model, balanced_weights([0, 1, 1], 2))
+    assert train(model, toy_loader(), config, run=RunConfig(progress=False)).losses  # hooked: it trains
 
 
 def test_pooled_windows_train_on_the_weighted_loss_of_their_documents():

@@ -347,6 +347,10 @@ def test_a_checkpoint_from_before_a_setting_existed_still_resumes():
         "truncation: checkpoint 'head', now 'head+tail'"]
     assert settings_differences(dict(older, learning_rate=2e-3), now) == [
         "learning_rate: checkpoint 0.002, now 0.001"]
+    # written before class weights existed: every run before them trained on the plain loss
+    assert settings_differences(older, dict(now, class_weights="none")) == []
+    assert settings_differences(older, dict(now, class_weights="balanced")) == [
+        "class_weights: checkpoint 'none', now 'balanced'"]
 
 
 def test_a_checkpoint_from_before_the_renames_still_resumes():

@@ -24,7 +24,7 @@ SAFE_TO_CHANGE = frozenset({"progress", "checkpoint_every", "checkpoint_minutes"
                             "output_dir", "save_model", "backend", "eval_dataset", "eval_size", "eval_batch_size",
                             "overwrite"})
 # Settings added after a checkpoint format, with the value every run before them had: an older checkpoint resumes.
-ADDED_SETTINGS = {"truncation": "head"}
+ADDED_SETTINGS = {"truncation": "head", "class_weights": "none"}
 # Settings renamed since (one name per idea): an older checkpoint's keys are read under their new names.
 RENAMED_SETTINGS = {"model": "model_id", "batch_size": "micro_batch", "micro_batch_size": "micro_batch"}
 

@@ -21,6 +21,7 @@ from bertmem.core.runtime import seed_everything
 from bertmem.data.batching import dataset_size
 from bertmem.loop.accumulation import backward_with_backoff, check_dataset_fits, optimizer_steps, windows
 from bertmem.loop.baseline import TrainResult, evaluate_into
+from bertmem.loop.class_weights import check_weighted
 from bertmem.loop.config import RunConfig, TrainConfig
 from bertmem.loop.optim import layerwise_param_groups, make_optimizer, rank_bytes
 from bertmem.loop.precision import autocast_context, check_finite, choose_precision
@@ -78,6 +79,7 @@ def prepare_trainable(model: torch.nn.Module, config: TrainConfig, levers: Lever
     encoder through a transformers classifier's `base_model_prefix`; a model without one is refused, not
     trained with the wrong parameters frozen or grouped.
     """
+    check_weighted(model, config.class_weights)  # asked for, and hooked (A1)
     if encoder_levers(config) and not hasattr(model, "base_model_prefix"):  # e.g. chapter 9's ChunkedClassifier
         raise ValueError(f"{', '.join(encoder_levers(config))} need a transformers classifier (its "
                          f"base_model_prefix says where the encoder is); {type(model).__name__} has none: train "
