@@ -156,6 +156,8 @@ NOISE = 0.15
 def cpu_profile_record(previous: dict[str, float] | None = None) -> dict:
     """The introduction's CPU column and the setup cells' "here" line: each notebook's minutes, one decimal, the
     `previous` record's kept where the new time is within `NOISE` of it."""
+    from bertmem.book.chapters import cpu_profile_minutes  # the record as the setup cells read it
+
     previous = cpu_profile_minutes() if previous is None else previous
     minutes = {}
     for path in sorted((ROOT / "book").glob("*.ipynb")):
@@ -166,11 +168,6 @@ def cpu_profile_record(previous: dict[str, float] | None = None) -> dict:
         within = old is not None and abs(measured - old) <= max(0.1, NOISE * old)
         minutes[key] = old if within else round(measured, 1)
     return {"what": "CPU profile, each notebook executed on a 2-core CPU (its cells' timestamps)", "minutes": minutes}
-
-
-def cpu_profile_minutes() -> dict[str, float]:
-    """The record as committed (the package's recorded/cpu-profile-minutes.json)."""
-    return json.loads(CPU_PROFILE.read_text(encoding="utf-8"))["minutes"] if CPU_PROFILE.is_file() else {}
 
 
 HERE = re.compile(r"here \(cpu profile, on a CPU\): (\d+\.\d) min")
