@@ -65,21 +65,19 @@ def non_embedding_parameters(model_id: str) -> int:
 
 def flop_note(tokens: int, counted: float, parameters: int, non_embedding: int) -> str:
     """The note's sentences on bert-base's FLOPs per training example of `tokens` tokens: the matmul count
-    (`counted`) beside Kaplan et al.'s 6 · N · tokens (N the `non_embedding` parameters) and beside the time
-    estimates' fallback 6 · all `parameters` · tokens, each worded from its ratio to the count."""
+    (`counted`) beside Kaplan et al.'s 6 · N · tokens (N the `non_embedding` parameters, all `parameters` less the
+    embeddings'), worded from its ratio to the count, which is also the time estimates' fallback for an architecture
+    the count does not cover (`bertmem.memory.speed.six_n_flops`)."""
     from bertmem.book.wording import percent_side
 
-    def than(flops: float) -> str:
-        return f"{percent_side(flops / counted)} it"
-
-    kaplan, every = 6 * non_embedding * tokens, 6 * parameters * tokens
+    kaplan = 6 * non_embedding * tokens
     return (f"For bert-base at {tokens} tokens the count is {counted / 1e9:.2f} GFLOP per training example. "
             f"Kaplan et al.'s 6 · N · tokens {{cite:p}}`kaplan2020scaling`, with N the {non_embedding / 1e6:.1f} M "
-            f"non-embedding parameters, gives {kaplan / 1e9:.2f} GFLOP, {than(kaplan)}: it leaves out the "
-            f"attention scores QKᵀ and their product with the values. The time estimates' fallback for an "
-            f"architecture the count does not cover, 6 · all parameters · tokens, gives {every / 1e9:.2f} GFLOP, "
-            f"{than(every)}: it adds the embeddings' {(parameters - non_embedding) / 1e6:.1f} M parameters, which "
-            f"do no matrix multiplies, and, like 6N, leaves out attention's products.")
+            f"non-embedding parameters, gives {kaplan / 1e9:.2f} GFLOP, {percent_side(kaplan / counted)} it: N "
+            f"leaves out the embeddings' {(parameters - non_embedding) / 1e6:.1f} M parameters, which do no matrix "
+            f"multiplies, and 6N leaves out the attention scores QKᵀ and their product with the values. The time "
+            f"estimates fall back on the same 6 · non-embedding parameters · tokens for an architecture the count "
+            f"does not cover (DeBERTa-v3).")
 
 
 def table() -> str:

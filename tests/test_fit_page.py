@@ -120,6 +120,33 @@ def test_the_page_data_holds_the_packages_cards_and_constants(data):
     assert all("note" not in rate for card in data["cards"] if card["key"] != "t4" for rate in card["rates"].values())
 
 
+def test_the_page_data_carries_each_models_non_embedding_parameters_for_the_fallback(data):
+    """The time estimate's fallback for a model the matmul count does not cover is 6 · non-embedding parameters ·
+    tokens (#69 finding 9): each model's `non_embedding` is the package's count (the classifier less its embeddings
+    module, built on the meta device), and the page's basis line is the one `bertmem plan` prints."""
+    import torch
+
+    from bertmem.memory.estimate import model_config, model_work
+    from bertmem.memory.speed import ModelWork
+    from bertmem.model.known import attention_kernels
+    from bertmem.model.loading import classifier_from_config
+    from bertmem.model.matmuls import non_embedding_parameters
+
+    work = data["work"]["models"]
+    assert set(work) == set(KNOWN_MODELS)
+    for model_id, entry in work.items():
+        config = model_config(model_id)
+        with torch.device("meta"):
+            count = non_embedding_parameters(classifier_from_config(config, attention_kernels(config)[-1]))
+        assert entry["non_embedding"] == count == model_work(model_id).non_embedding, model_id
+        assert entry["non_embedding"] < entry["parameters"], model_id
+    deberta = work["microsoft/deberta-v3-base"]
+    assert deberta["full"] is None and deberta["non_embedding"] < 0.5 * deberta["parameters"]  # the 128k table
+    script = (DATA.parent / "will_it_fit.js").read_text(encoding="utf-8")
+    assert f'"{ModelWork(1, non_embedding=1).counted_as()}"' in script
+    assert "6.0 * n * tokens" in script and "entry.non_embedding" in script
+
+
 def test_the_page_data_is_what_the_planner_estimates_today(data):
     """Stale data fails here: one configuration's lines and one model's optimizer figures, recomputed."""
     model = "distilbert/distilbert-base-uncased"

@@ -176,12 +176,13 @@ def test_an_epoch_is_estimated_from_flops_with_a_measured_floor_per_micro_step()
     flops = bert.shape.training_flops(torch.tensor([512]))  # the bench's matmul count, one example
     assert big.seconds == pytest.approx(125 * 8 * flops / (t4.measured_tflops["fp16"] * 1e12))
     assert "estimated" in big.line() and "published rate" in big.line() and "matmul FLOPs" in big.line()
-    small = epoch_estimate(ModelWork(22_000_000), 1000, 40, 8, t4, "fp16")  # uncounted: 6 · all parameters · tokens
+    small_model = ModelWork(30_000_000, non_embedding=22_000_000)  # uncounted: 6 · non-embedding parameters · tokens
+    small = epoch_estimate(small_model, 1000, 40, 8, t4, "fp16")
     assert small.bound == "per-step floor" and small.seconds == pytest.approx(125 * micro_step_floor_seconds())
-    assert "6 · all parameters · tokens" in small.line()
+    assert "6 · non-embedding parameters · tokens" in small.line()
     # the floor makes 8 × 4 slower than 32 × 1 for the same examples when steps are launch-bound
-    assert epoch_estimate(ModelWork(22_000_000), 1024, 40, 8, t4, "fp16").seconds > \
-        epoch_estimate(ModelWork(22_000_000), 1024, 40, 32, t4, "fp16").seconds
+    assert epoch_estimate(small_model, 1024, 40, 8, t4, "fp16").seconds > \
+        epoch_estimate(small_model, 1024, 40, 32, t4, "fp16").seconds
     assert 0.01 < micro_step_floor_seconds() < 0.1  # A3's measured tens of milliseconds
     # LoRA trains few weights and frozen layers run no backward: fewer FLOPs per example, a shorter epoch
     lora = epoch_estimate(model_work("bert-base-uncased", lora_r=8), 1000, 512, 8, t4, "fp16")

@@ -87,7 +87,7 @@ def test_each_stored_peak_is_the_estimates_to_the_byte(change, batches):
 @pytest.mark.slow
 def test_the_stored_work_of_every_member_is_the_matmul_count_made_now():
     """Every model the page holds, full, each LoRA rank and each number of frozen layers: the lines' work per
-    example is `model_work` (DeBERTa-v3 uncounted: None, 6 · all parameters · tokens)."""
+    example is `model_work` (DeBERTa-v3 uncounted: None, 6 · non-embedding parameters · tokens)."""
     lines = stored_lines()
     work = lines["work"]
     for model in lines["models"]:

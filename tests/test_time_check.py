@@ -6,7 +6,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bertmem.book.time_check import measured_epochs, published_epochs, time_check
+import pytest
+
+from bertmem.book.time_check import measured_epochs, measured_range, published_epochs, time_check, time_check_summary
 from bertmem.memory.cards import CARDS
 from bertmem.memory.estimate import model_work
 from bertmem.memory.speed import epoch_estimate
@@ -105,3 +107,14 @@ def test_the_spread_says_what_the_held_runs_cover_and_the_words_follow_the_rows(
     assert "checked.scope" in script
     page = " ".join((ROOT / "book" / "will_it_fit.md").read_text(encoding="utf-8").split())
     assert "All of them are full fine-tunes of bert-base or bert-large at up to 512 tokens" in page
+
+
+def test_an_estimate_becomes_the_range_the_held_runs_allow():
+    """Chapter 5's hours on a T4 are a range: the estimate divided by the check's highest, median and lowest
+    estimate / measured (a run the estimate undercounted 7× takes 7× the estimate)."""
+    summary = {"low": 0.25, "median": 1.0, "high": 2.0}
+    assert measured_range(10.0, summary) == (5.0, 10.0, 40.0)
+    low, typical, high = measured_range(10.0)  # the book's own check
+    assert low < 10.0 < high and low <= typical <= high
+    real = time_check_summary()
+    assert (low, high) == pytest.approx((10.0 / real["high"], 10.0 / real["low"]))

@@ -230,7 +230,8 @@ def test_accumulation_advice_follows_the_splits():
 
 def test_resolution_limit_and_longest_fit_flip():
     assert (resolution(0.2, 1.6), resolution(0.2, 0.1)) == ("could not", "could")
-    assert (against_limit(13.0, 12), against_limit(8.8, 12)) == ("more than", "within")
+    assert (against_limit(13.0, 20.0, 12), against_limit(5.0, 8.8, 12)) == ("more than", "within")
+    assert against_limit(5.4, 74.6, 12) == "on either side of"  # a point estimate of 10.6 h is not "within"
     assert longest_fit(2048) == "one sequence fits a T4 up to 2,048 tokens"
     assert longest_fit(0) == "no length above fits a T4 with one sequence"
 

@@ -207,9 +207,9 @@
   // What one training example of `tokens` tokens costs the chosen model and member, as the time estimate counts
   // it (bertmem.memory.speed.ModelWork.example_flops): its matrix multiplies (chapter 5's count,
   // bertmem.model.matmuls.MatmulShape), forward and backward, and with gradient checkpointing the forward of
-  // the layers backward reaches once more; or the fallback 6 · all parameters · tokens where the count does not
-  // cover the model (its row is null; not Kaplan et al.'s 6N, whose N leaves out the embeddings). The data name
-  // each row's numbers (work.fields).
+  // the layers backward reaches once more; or the fallback 6 · non-embedding parameters · tokens where the count
+  // does not cover the model (its row is null): Kaplan et al.'s 6N, whose N (entry.non_embedding) leaves out the
+  // embeddings, which multiply nothing. The data name each row's numbers (work.fields).
   function workOf(choice) {
     const work = data().work;
     const entry = work.models[choice.model];
@@ -218,8 +218,8 @@
     return {
       counted: w !== null,
       flops(tokens, checkpointing) {
-        const p = entry.parameters;
-        if (w === null) return 6.0 * p * tokens + (checkpointing ? 2.0 * p * tokens : 0.0);
+        const n = entry.non_embedding;
+        if (w === null) return 6.0 * n * tokens + (checkpointing ? 2.0 * n * tokens : 0.0);
         const linear = 2 * w.per_token * tokens + 2 * w.per_example; // forward: 2 FLOPs per weight and token
         const attention = 4 * entry.hidden * (tokens * tokens); // forward, per layer: QKᵀ and AV
         const weightGradients = 2 * w.per_token_trained * tokens + 2 * w.per_example_trained;
@@ -253,7 +253,7 @@
     const source = rate.tflops.toFixed(1) + " TFLOP/s, " + (rate.measured ? "a BERT fine-tune's published rate on it"
       : (100 * card.utilisation).toFixed(0) + "% of its datasheet peak (assumed)");
     const counted = work.counted ? "matmul FLOPs as chapter 5 counts them"
-      : "6 · all parameters · tokens (the matmul count does not cover this model)";
+      : "6 · non-embedding parameters · tokens (the matmul count does not cover this model)";
     const basis = counted + " at " + source + "; no micro-step under A3's " + (1000 * floor).toFixed(0)
       + " ms, measured for bert-base at micro-batch 8 on an H200";
     const minutes = seconds / 60;

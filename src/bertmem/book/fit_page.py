@@ -379,7 +379,7 @@ def whole_run(run: dict[str, Any]) -> dict[str, Any]:
 
 
 def validation_summary() -> dict[str, Any]:
-    """How the planner did against published GPU readings (chapter 5's table) and against the one recorded GPU run
+    """How the planner did against published GPU readings (appendix A5's table) and against the one recorded GPU run
     of appendix A3 (its measured steps, and its whole run: `whole_run`), for the page to quote."""
     rows = published_rows(("fit", "held-out"))
     versus = comparison(rows, ALLOCATOR_MARGIN)
@@ -485,11 +485,13 @@ def page_data(models: Iterable[str] = tuple(KNOWN_MODELS), lengths: Iterable[int
 def work_entry(model_id: str) -> dict[str, Any]:
     """What a training example costs the model and each member of its families, as the time estimate counts it
     (`bertmem.memory.estimate.model_work`): its matmul shape per member (`WORK_FIELDS`), None where the count does
-    not cover it, with the parameters for the fallback 6 · all parameters · tokens then
+    not cover it, with its parameters and its non-embedding parameters (all less the embeddings module's,
+    Kaplan et al.'s N) for the fallback 6 · non-embedding parameters · tokens then
     (`bertmem.memory.stored.stored_work`)."""
     full = model_work(model_id)
     config = model_config(model_id)
-    return {"parameters": full.parameters, "layers": config.num_hidden_layers, "hidden": config.hidden_size,
+    return {"parameters": full.parameters, "non_embedding": full.non_embedding,
+            "layers": config.num_hidden_layers, "hidden": config.hidden_size,
             "full": work_row(full),
             "lora": {str(r): work_row(model_work(model_id, lora_r=r)) for r in adaptation_values(model_id, "lora")},
             "freeze": {str(k): work_row(model_work(model_id, freeze_layers=k))

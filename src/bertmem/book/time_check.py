@@ -153,5 +153,13 @@ def time_check_summary(rows: list[dict[str, Any]] | None = None) -> dict[str, An
             "scope": scope_words(rows), "left_out": left_out_words()}
 
 
-__all__ = ["left_out", "left_out_words", "measured_epochs", "published_epochs", "rate_note", "scope_words",
-           "time_check", "time_check_summary"]
+def measured_range(estimate: float, summary: dict[str, Any] | None = None) -> tuple[float, float, float]:
+    """What the held runs allow for an estimate (minutes or hours): the time it would take if the estimate
+    missed as the check's highest, median and lowest estimate / measured did — estimate / high, / median, / low
+    (chapter 5)."""
+    summary = time_check_summary() if summary is None else summary
+    return estimate / summary["high"], estimate / summary["median"], estimate / summary["low"]
+
+
+__all__ = ["left_out", "left_out_words", "measured_epochs", "measured_range", "published_epochs", "rate_note",
+           "scope_words", "time_check", "time_check_summary"]

@@ -299,9 +299,12 @@ def resolution(effect: float, margin: float) -> str:
     return "could" if margin < effect else "could not"
 
 
-def against_limit(value: float, limit: float) -> str:
-    """Chapter 5: 'more than' or 'within' for a duration against a limit (Colab's hours)."""
-    return "more than" if value > limit else "within"
+def against_limit(low: float, high: float, limit: float) -> str:
+    """Chapter 5: where a duration known only as a range `low`–`high` stands against a limit (Colab's hours):
+    'within' when all of it is, 'more than' when none of it is, else 'on either side of'."""
+    if high <= limit:
+        return "within"
+    return "more than" if low > limit else "on either side of"
 
 
 def longest_fit(tokens: int, card: str = "a T4") -> str:

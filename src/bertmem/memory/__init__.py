@@ -9,10 +9,12 @@ from bertmem.memory.long_inputs import long_input_estimates, long_position_confi
 from bertmem.memory.measure import MemoryReport, measure_step_memory, saved_activation_bytes
 from bertmem.memory.planner import (
     ALLOCATOR_MARGIN,
+    FIT_CARDS,
     PlanRequest,
     attempt_training_step,
     estimate_for,
     estimated_rows,
+    fits_column,
     plan_micro_batch,
 )
 from bertmem.memory.sharding import (
@@ -27,7 +29,8 @@ from bertmem.memory.sharding import (
 )
 from bertmem.memory.timeline import record_timeline
 
-__all__ = ["ALLOCATOR_MARGIN", "CARDS", "CARD_MEMORY", "CUDA_CONTEXT_BYTES", "Card", "MemoryReport", "PlanRequest",
+__all__ = ["ALLOCATOR_MARGIN", "CARDS", "CARD_MEMORY", "CUDA_CONTEXT_BYTES", "Card", "FIT_CARDS", "MemoryReport",
+    "PlanRequest", "fits_column",
     "SHARDED", "STRATEGIES", "StateBytes", "analytic_step_memory", "attempt_training_step", "card_for",
     "batch_for_peak", "count_bert_parameters", "estimate_for", "estimate_step_memory", "estimated_rows",
     "largest_parameter", "long_input_estimates", "long_position_config", "measure_step_memory", "model_config",

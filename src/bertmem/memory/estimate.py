@@ -26,7 +26,7 @@ from bertmem.memory.speed import ModelWork
 from bertmem.memory.stored import estimator_versions, versions_text
 from bertmem.model.known import attention_kernels, known_config, takes_token_types
 from bertmem.model.loading import classifier_from_config, resolve_model_source
-from bertmem.model.matmuls import counted_shape
+from bertmem.model.matmuls import counted_shape, non_embedding_parameters
 
 
 def model_config(config_or_model_id, num_labels: int = 2):
@@ -52,8 +52,9 @@ def parameter_count(config_or_model_id, num_labels: int = 2) -> int:
 def model_work(config_or_model_id, lora_r: int | None = None, freeze_layers: int = 0,
                num_labels: int = 2) -> ModelWork:
     """What one training example costs the classifier as a run prepares it (LoRA's adapters, frozen layers): its
-    matmul shape, counted on the meta device (nothing allocated), with its parameters for an architecture the
-    count does not cover (the time estimates: `bertmem plan`, the "Will it fit?" page, the chapters' minutes)."""
+    matmul shape, counted on the meta device (nothing allocated), with its parameters and its non-embedding
+    parameters, which the fallback 6 · non-embedding parameters · tokens multiplies for an architecture the count
+    does not cover (the time estimates: `bertmem plan`, the "Will it fit?" page, the chapters' minutes)."""
     if isinstance(config_or_model_id, str):  # a name: counted once per process (setup cells count ~20 runs)
         return _named_model_work(config_or_model_id, lora_r, freeze_layers, num_labels)
     return _count_work(config_or_model_id, lora_r, freeze_layers, num_labels)
@@ -70,8 +71,9 @@ def _count_work(config_or_model_id, lora_r: int | None, freeze_layers: int, num_
     with torch.device("meta"):
         model = classifier_from_config(config, attention_kernels(config)[-1])
         parameters = sum(p.numel() for p in model.parameters())  # the classifier's own: before LoRA's adapters
+        non_embedding = non_embedding_parameters(model)  # Kaplan et al.'s N: the fallback's, before the adapters
         prepare_model(model, TrainConfig(lora_r=lora_r, freeze_layers=freeze_layers))
-    return ModelWork(parameters=parameters, shape=counted_shape(model))
+    return ModelWork(parameters=parameters, shape=counted_shape(model), non_embedding=non_embedding)
 
 
 def _fused_sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):

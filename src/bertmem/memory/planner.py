@@ -20,6 +20,7 @@ from bertmem.data.windows import check_window, default_stride, window_count
 from bertmem.loop.precision import PRECISIONS, choose_precision
 from bertmem.memory.cards import (
     CARD_MEMORY,
+    CARDS,
     CUDA_CONTEXT_BYTES,
     DEFAULT_CARD,
     Card,
@@ -36,9 +37,19 @@ from bertmem.model.known import attention_kernels, takes_token_types
 from bertmem.model.loading import enable_gradient_checkpointing
 
 
+FIT_CARDS = ("T4", "V100", "RTX3090")  # a Colab T4, a 16 GB V100, the blog post's 24 GB RTX 3090
+
+
+def fits_column(card: str) -> str:
+    """The column `estimated_rows` gives card `card` (a `CARDS` key): 'fits T4', 'fits RTX 3090' (A3)."""
+    return f"fits {CARDS[card].name.removeprefix('Colab ')}"
+
+
 def estimated_rows(model: str = "bert-base-uncased", seq_len: int = 512, effective_batch: int = 32,
-                   accumulation_steps: int = 4, half: str = "bf16") -> list[dict[str, Any]]:
-    """The variants for a CUDA GPU, estimated with FakeTensorMode (no GPU needed), with 16/24 GB fits (chapter 5).
+                   accumulation_steps: int = 4, half: str = "bf16",
+                   cards: tuple[str, ...] = FIT_CARDS) -> list[dict[str, Any]]:
+    """The variants for a CUDA GPU, estimated with FakeTensorMode (no GPU needed), and whether each fits each of
+    `cards` by name — a 16 GB V100 holds 1 GiB more than a T4 — with what the planner adds (A3).
 
     The peak is the most memory alive at one moment of a steady-state step (the timeline), not the sum of
     weights, gradients, optimizer state and activations, which no moment of the step holds at once. `half` is
@@ -66,9 +77,9 @@ def estimated_rows(model: str = "bert-base-uncased", seq_len: int = 512, effecti
     needs = PlanRequest()  # what the planner adds: allocator margin and CUDA context
     for row in rows:
         row["peak ratio"] = row["estimated peak (GiB)"] / base
-        for card, name in ((16, "t4"), (24, "l4")):  # the memory a T4 and an L4 report
-            needed = needs.needed_bytes(int(row["estimated peak (GiB)"] * GIB))
-            row[f"fits {card} GB"] = "yes" if needed <= CARD_MEMORY[name] else "no"
+        needed = needs.needed_bytes(int(row["estimated peak (GiB)"] * GIB))
+        for card in cards:  # the total nvidia-smi reports for each card
+            row[fits_column(card)] = "yes" if needed <= CARD_MEMORY[card.lower()] else "no"
     return rows
 ALLOCATOR_MARGIN = 0.115  # fraction of the estimated peak (book.published.fit_margin on the fit rows)
 OPTIMIZERS = ("adamw", "adamw8bit", "adafactor", "sgd", "none")

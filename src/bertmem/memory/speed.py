@@ -1,15 +1,15 @@
-"""How long an epoch takes on a card, estimated: FLOPs over the card's training rate, with a floor per
-micro-step (`bertmem train`'s plan, `bertmem plan`; chapters' minutes use the FLOP count alone).
+"""How long an epoch takes on a card, estimated: FLOPs over the card's training rate, with a floor per micro-step
+(`bertmem train`'s plan, `bertmem plan`; chapters' minutes use the FLOP count alone).
 
 Training costs the model's matrix multiplies (`bertmem.model.matmuls`, the count the bench's MFU divides; for an
-architecture the count does not cover, the book's fallback 6 · all parameters · tokens) at the rate a BERT fine-tune
-reaches on the card (`Card.training_tflops`, in the same count: measured where the book has a measurement, else
-the datasheet peak times an assumed utilisation). Every example is taken at the mean length, so attention's
-s² is counted at the mean's square, a little under the mean of the squares. A FLOP count alone gives 8 × 4 and
-32 × 1 the same time, but a small micro-batch's step does not shrink with its work (launch overhead is A3's
-hypothesis for why): appendix A3 measured a forward and backward pass of bert-base at micro-batch 8 taking 27–34 ms
-(medians, lengths already seen) for lengths from 82 to 512 tokens on an H200, so no micro-step is estimated faster
-than the fastest of those. An estimate, never a measurement: every line it prints says so."""
+architecture the count does not cover, the book's fallback 6 · non-embedding parameters · tokens, Kaplan et al.'s
+6N) at the rate a BERT fine-tune reaches on the card (`Card.training_tflops`, in the same count: measured where the
+book has a measurement, else the datasheet peak times an assumed utilisation). Every example is taken at the mean
+length, so attention's s² is counted at the mean's square, a little under the mean of the squares. A FLOP count
+alone gives 8 × 4 and 32 × 1 the same time, but a small micro-batch's step does not shrink with its work (launch
+overhead is A3's hypothesis for why): appendix A3 measured a forward and backward pass of bert-base at micro-batch 8
+taking 27–34 ms (medians, lengths already seen) for lengths from 82 to 512 tokens on an H200, so no micro-step is
+estimated faster than the fastest of those. An estimate, never a measurement: every line it prints says so."""
 
 from __future__ import annotations
 
@@ -25,42 +25,53 @@ from bertmem.memory.cards import Card, with_article
 from bertmem.model.matmuls import MatmulShape
 
 
-def six_n_flops(num_params: int, tokens: float) -> float:
-    """6 · all parameters · tokens: the book's fallback for one forward and backward pass over `tokens` of an
-    architecture the matmul count does not cover. It counts the embeddings, which multiply nothing, and leaves out
-    attention's products; Kaplan et al. (2020)'s C ≈ 6N per token takes N as the non-embedding parameters only
-    (`bertmem.model.matmuls.non_embedding_parameters`)."""
-    return 6.0 * num_params * tokens
+def six_n_flops(non_embedding: int, tokens: float) -> float:
+    """6 · non-embedding parameters · tokens: the book's fallback for one forward and backward pass over `tokens` of
+    an architecture the matmul count does not cover (DeBERTa-v3). Kaplan et al. (2020)'s C ≈ 6N per token, with N the
+    parameters less the embeddings module's (`bertmem.model.matmuls.non_embedding_parameters`), which look tokens up
+    and multiply nothing (98 M of DeBERTa-v3-base's 184 M). Like 6N it leaves out attention's products, QKᵀ and its
+    product with the values (and DeBERTa's relative-position terms): for bert-base at 512 tokens, which the count
+    covers, 6N is 9 % below it."""
+    return 6.0 * non_embedding * tokens
 
 
 @dataclass(frozen=True)
 class ModelWork:
-    """What one training example costs a model, as the time estimate counts it: its matrix multiplies, or
-    the fallback 6 · all parameters · tokens where the count does not cover the architecture (`shape` None)."""
+    """What one training example costs a model, as the time estimate counts it: its matrix multiplies, or the
+    fallback 6 · non-embedding parameters · tokens where the count does not cover the architecture (`shape` None;
+    `non_embedding` is then required). `parameters`: the classifier's own, embeddings included."""
 
     parameters: int
     shape: MatmulShape | None = None
+    non_embedding: int | None = None  # the parameters less the embeddings module's: Kaplan et al.'s N
+
+    def __post_init__(self) -> None:
+        if self.shape is None and self.non_embedding is None:
+            raise ValueError("a model the matmul count does not cover needs its non-embedding parameters "
+                             "(the fallback 6 · non-embedding parameters · tokens)")
 
     def example_flops(self, tokens: float, checkpointing: bool = False) -> float:
         """FLOPs of training on one example of `tokens` tokens: forward and backward, and with gradient
         checkpointing the forward of the layers backward reaches once more (`MatmulShape.recompute_flops`;
-        uncounted: 2 · parameters · tokens)."""
+        uncounted: 2 · non-embedding parameters · tokens)."""
         lengths = torch.tensor([tokens], dtype=torch.float64)
         if self.shape is None:
-            return six_n_flops(self.parameters, tokens) + (2.0 * self.parameters * tokens if checkpointing else 0.0)
+            n = self.non_embedding
+            return six_n_flops(n, tokens) + (2.0 * n * tokens if checkpointing else 0.0)
         training = self.shape.training_flops(lengths)
         return training + self.shape.recompute_flops(lengths) if checkpointing else training
 
     def example_forward_flops(self, tokens: float) -> float:
-        """Forward FLOPs of one example of `tokens` tokens (an evaluation pass): 2 · parameters · tokens uncounted."""
+        """Forward FLOPs of one example of `tokens` tokens (an evaluation pass): 2 · non-embedding parameters ·
+        tokens uncounted."""
         if self.shape is None:
-            return 2.0 * self.parameters * tokens
+            return 2.0 * self.non_embedding * tokens
         return self.shape.forward_flops(torch.tensor([tokens], dtype=torch.float64))
 
     def counted_as(self) -> str:
         """How the FLOPs were counted, for the estimate's basis line."""
         return ("matmul FLOPs as chapter 5 counts them" if self.shape is not None
-                else "6 · all parameters · tokens (the matmul count does not cover this model)")
+                else "6 · non-embedding parameters · tokens (the matmul count does not cover this model)")
 
 
 BOOK_EXAMPLES = 25_000  # IMDb's training reviews: the epoch the estimates assume unless told another

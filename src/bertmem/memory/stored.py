@@ -78,18 +78,21 @@ WORK_FIELDS = ("per_token", "per_example", "per_token_trained", "per_example_tra
 
 def work_row(work: ModelWork) -> list[int] | None:
     """A member's matmul shape as the stored lines and the page keep it (`WORK_FIELDS`), or None where the count
-    does not cover the model (the fallback 6 · all parameters · tokens then)."""
+    does not cover the model (the fallback 6 · non-embedding parameters · tokens then, from the model's
+    `non_embedding`)."""
     return None if work.shape is None else [getattr(work.shape, name) for name in WORK_FIELDS]
 
 
 def stored_work(work: dict[str, Any], model_id: str, kind: str, member: int) -> ModelWork:
     """What a training example costs one member of a model's families, read off the stored work (its "fields"
-    name each row's numbers; the page's script reads it the same way)."""
+    name each row's numbers; the page's script reads it the same way): its matmul shape, or where the count does
+    not cover the model (a None row) the fallback 6 · non-embedding parameters · tokens, with the model's
+    `non_embedding` parameters (all `parameters` less the embeddings module's)."""
     entry = work["models"][model_id]
     row = entry["full"] if kind == "full" else entry[kind][str(member)]
     shape = None if row is None else MatmulShape(layers=entry["layers"], hidden=entry["hidden"],
                                                  **dict(zip(work["fields"], row)))
-    return ModelWork(parameters=entry["parameters"], shape=shape)
+    return ModelWork(parameters=entry["parameters"], shape=shape, non_embedding=entry["non_embedding"])
 
 
 @lru_cache(maxsize=1)

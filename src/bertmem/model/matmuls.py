@@ -8,9 +8,9 @@ of every trained weight (as many as that weight's forward): a full fine-tune cos
 LoRA a little over two. With chapter 8's frozen lower layers (and embeddings) no backward runs below the first
 trained layer. Gradient checkpointing's second forward is not model work and is not counted here (the time estimates
 add it). Kaplan et al. (2020)'s C ≈ 6N FLOPs per token takes N as the non-embedding parameters
-(`non_embedding_parameters`) and leaves out attention's products; 6 · all parameters · tokens, the time estimates'
-fallback for an architecture this count does not cover (`bertmem.memory.speed.six_n_flops`), also counts the
-embeddings, which do no matrix multiply. The count holds for the encoders of `COUNTED_TYPES`: BERT-like
+(`non_embedding_parameters`: the embeddings do no matrix multiply) and leaves out attention's products; 6 · N ·
+tokens is the time estimates' fallback for an architecture this count does not cover
+(`bertmem.memory.speed.six_n_flops`). The count holds for the encoders of `COUNTED_TYPES`: BERT-like
 ones, and ModernBERT where it runs padded batches (its SDPA and eager attention in transformers 5, which mask the
 sliding window rather than skip it; with FlashAttention it unpads and is refused). Other architectures (shared
 layers, relative-position attention) refuse."""
@@ -135,7 +135,8 @@ def counted_shape(model: nn.Module) -> MatmulShape | None:
 def non_embedding_parameters(model: nn.Module) -> int:
     """The classifier's parameters less its embeddings module's (word, position and token-type embeddings and
     their LayerNorm), which look tokens up and multiply nothing: N in Kaplan et al. (2020)'s C ≈ 6N FLOPs per
-    token (the introduction's minutes note, A3). Works on a model built on the meta device."""
+    token (the introduction's minutes note, A3, and the time estimates' fallback for an architecture the matmul
+    count does not cover, `bertmem.memory.speed.six_n_flops`). Works on a model built on the meta device."""
     owner = embeddings_module(model, model.get_input_embeddings())
     embedding = {id(p) for p in owner.parameters()} if owner is not None else set()
     return sum(p.numel() for p in model.parameters() if id(p) not in embedding)

@@ -1,0 +1,388 @@
+"""Each chapter's "Try it" list: an edit to one of its cells and what the reader sees after running it again. Every
+item names the test that backs it (here or in tests/test_edit_the_cell.py): the test makes the item's edit on the
+cell as the notebook has it, runs it at tiny sizes (a tiny random BERT, a few rows) and asserts what the item says,
+and, where that is cheap, that the unedited cell does not show it."""
+
+import dataclasses
+import json
+import re
+import sys
+
+import pandas as pd
+import pytest
+
+import test_edit_the_cell
+from bertmem.book import ChapterSettings, chapter_settings
+from notebook_cells import BOOK, cell_with, edited, run_cells
+from test_edit_the_cell import chapter_cells, quiet
+
+# each chapter's items, in order: a piece of the item's text, and the test that makes its edit
+TRY_IT = {
+    "00_baseline.ipynb": [
+        ("put `#` before `optimizer.step()`", "test_chapter_0_a_loop_that_never_steps_keeps_the_untrained_accuracy"),
+        ('add `dataset="/content/my_texts.csv", train_size=None', "test_chapter_0_data_cell_reads_a_readers_file"),
+        ("replace `profile.dataset` (both times)", "test_chapter_0_token_lengths_count_a_readers_texts"),
+    ],
+    "02_gradient_accumulation.ipynb": [
+        ("`return [1 / len(counts) for c in counts]`", "test_chapter_2_checks_the_pages_loss_weights"),
+        ("to `SGD(tiny.parameters(), lr=lr)`", "test_chapter_2_steps_with_the_pages_adamw_probe"),
+        ("`for card in (8, 16, 24):`", "test_chapter_2_prints_the_largest_micro_batch_for_a_readers_card"),
+    ],
+    "03_mixed_precision.ipynb": [
+        ("replace `scaler.step(optimizer)` with `pass`", "test_chapter_3_fine_tunes_with_the_pages_step"),
+        ('add `"my card": ("cuda", (8, 6), None),`', "test_chapter_3_adds_a_row_for_a_readers_card"),
+        ('`"bert-base-uncased", 8, 512`', "test_chapter_3_a_smaller_batch_shrinks_only_the_activations"),
+    ],
+    "04_layerwise_lr_decay.ipynb": [
+        ("change `decay=0.95` to `decay=1.0`", "test_chapter_4_no_decay_gives_every_group_the_heads_rate"),
+        ("`no_weight_decay(name, param)` with", "test_chapter_4_weight_decay_everywhere_drops_the_no_decay_rows"),
+        ('`return [{"params": list(model.classifier', "test_chapter_4_the_posts_groups_fixed_move_the_classifier"),
+        ('add `dataset="/content/my_texts.csv", train_size=None', "test_chapter_4_sweep_reads_a_readers_file"),
+    ],
+}
+# what a reader's page does not talk about: how the book is checked or run
+INTERNAL = re.compile(r"\btests?\b|\bissues?\b|\bCI\b|pytest")
+
+
+def try_it_cell(cells: list[dict]) -> tuple[int, str]:
+    """The one markdown cell that starts with "## Try it": its index and text."""
+    found = [
+        (i, "".join(c["source"]))
+        for i, c in enumerate(cells)
+        if c["cell_type"] == "markdown" and "".join(c["source"]).startswith("## Try it")
+    ]
+    assert len(found) == 1, f"{len(found)} cells start with '## Try it'"
+    return found[0]
+
+
+def list_items(text: str) -> list[str]:
+    """The numbered items of a Markdown list, each with its indented continuation lines."""
+    items: list[list[str]] = []
+    for line in text.splitlines():
+        if re.match(r"\d+\. ", line):
+            items.append([line])
+        elif items and line.startswith("   ") and line.strip():
+            items[-1].append(line)
+        elif items and line.strip():
+            raise AssertionError(f"a line outside the list after its first item: {line!r}")
+    return ["\n".join(lines) for lines in items]
+
+
+def try_it_problems(cells: list[dict], table: list[tuple[str, str]]) -> list[str]:
+    """What is wrong with a chapter's "Try it" cell against its table: items without a test (or the reverse),
+    pieces in the wrong item, a test that does not exist, text a reader should not see, long items or lines, no
+    item on the reader's own data or card, a place other than with the takeaway after the chapter's code."""
+    index, text = try_it_cell(cells)
+    items, problems = list_items(text), []
+    if not 2 <= len(items) <= 4 or len(items) != len(table):
+        problems.append(f"{len(items)} items, {len(table)} in the table (2 to 4)")
+    numbers = [int(item.split(".", 1)[0]) for item in items]
+    if numbers != list(range(1, len(items) + 1)):
+        problems.append(f"items numbered {numbers}")
+    for k, (item, (piece, test)) in enumerate(zip(items, table), 1):
+        elsewhere = [j for j, other in enumerate(items, 1) if j != k and piece in other]
+        if piece not in item or elsewhere:
+            problems.append(f"item {k} should hold {piece!r} (found in items {elsewhere})")
+        if not any(callable(getattr(module, test, None)) for module in (TESTS, test_edit_the_cell)):
+            problems.append(f"item {k}: no test {test}")
+        if len(item.splitlines()) > 3:
+            problems.append(f"item {k} takes {len(item.splitlines())} lines")
+    problems += [f"line of {len(line)} characters" for line in text.splitlines() if len(line) > 120]
+    problems += [f"says {m.group(0)!r}" for m in INTERNAL.finditer(text)]
+    if not any(re.match(r"\d+\. \*\*Your (?:file|card)\.\*\*", item) for item in items):
+        problems.append("no item on the reader's own file or card")
+    last_code = max(i for i, c in enumerate(cells) if c["cell_type"] == "code")
+    takeaway = [i for i, c in enumerate(cells) if "**Takeaway.**" in "".join(c["source"])]
+    if index < last_code or len(takeaway) != 1 or abs(takeaway[0] - index) != 1:
+        problems.append(f"cell {index}: not next to the takeaway (cells {takeaway}) after the last code cell")
+    return problems
+
+
+TESTS = sys.modules[__name__]
+
+
+@pytest.mark.parametrize("notebook", sorted(TRY_IT))
+def test_each_try_it_item_names_the_test_that_makes_its_edit(notebook):
+    cells = json.loads((BOOK / notebook).read_text(encoding="utf-8"))["cells"]
+    assert try_it_problems(cells, TRY_IT[notebook]) == []
+
+
+def test_the_try_it_check_finds_an_item_without_its_test():
+    cells = json.loads((BOOK / "02_gradient_accumulation.ipynb").read_text(encoding="utf-8"))["cells"]
+    index, text = try_it_cell(cells)
+    extra = "\n4. **Your card.** In the first cell, add a line: the tests see it."
+    changed = [dict(c, source=[text + extra]) if i == index else c for i, c in enumerate(cells)]
+    problems = try_it_problems(changed, TRY_IT["02_gradient_accumulation.ipynb"])
+    assert problems == ["4 items, 3 in the table (2 to 4)", "says 'tests'"]
+    missing = TRY_IT["02_gradient_accumulation.ipynb"][:2] + [("`for card in", "test_a_card_nobody_wrote")]
+    assert try_it_problems(cells, missing) == ["item 3: no test test_a_card_nobody_wrote"]
+
+
+@pytest.fixture
+def tiny_bert(monkeypatch, tiny_model_dir) -> str:
+    """The profile's model is a tiny random BERT (MiniLM's tokenizer): these items are about what an edit changes,
+    not about what a pretrained model learns."""
+    monkeypatch.setenv("BERTMEM_MODEL_ID", str(tiny_model_dir))
+    return str(tiny_model_dir)
+
+
+@pytest.fixture
+def small_settings(tmp_path, synthetic_frame):
+    """chapter_settings with the chapter's recipe on 16 rows of a small file, one seed."""
+    path = tmp_path / "reviews.csv"
+    synthetic_frame.to_csv(path, index=False)
+
+    def settings(chapter, profile):
+        data, recipe, _ = chapter_settings(chapter, profile)
+        data = dataclasses.replace(data, dataset=str(path), train_size=16, eval_size=8, max_length=16, micro_batch=8)
+        return ChapterSettings(data, recipe, (0,))
+
+    return settings
+
+
+@pytest.fixture
+def readers_file(tmp_path):
+    """A reader's file of 45 texts in three classes, its columns named as given (text and label by default)."""
+
+    def write(text: str = "text", label: str = "label"):
+        moods = {"pos": "loved it", "neg": "hated it", "mixed": "not sure"}
+        rows = [
+            (f"text {i}: " + "very " * (i % 7) + words, label)
+            for i, (label, words) in zip(range(45), list(moods.items()) * 15)
+        ]
+        path = tmp_path / "my_texts.csv"
+        pd.DataFrame(rows, columns=[text, label]).to_csv(path, index=False)
+        return path
+
+    return write
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:Detected call of `lr_scheduler.step\\(\\)` before")
+def test_chapter_0_a_loop_that_never_steps_keeps_the_untrained_accuracy(tiny_bert, small_settings):
+    cells, setup = chapter_cells("00_baseline.ipynb")
+    loop = cell_with(cells, "def train_baseline(")
+    run = [
+        cell_with(cells, 'data = dataclasses.replace(chapter_settings("00", profile).data'),
+        cell_with(cells, "before = evaluate(model, eval_loader)"),
+        cell_with(cells, "result = train_baseline("),
+        cell_with(cells, "display(as_table(rows))\nfinal = result.final_metrics"),
+    ]
+
+    def before_and_after(loop_cell: str) -> tuple[dict, dict, float]:
+        namespace = run_cells([setup], {})
+        namespace.update(chapter_settings=small_settings)
+        namespace = run_cells([loop_cell, *run], quiet(namespace))
+        return namespace["before"], namespace["rows"][-1], namespace["result"].final_metrics["eval_loss"]
+
+    before, row, loss = before_and_after(
+        edited(loop, "            optimizer.step()\n", "            # optimizer.step()\n")
+    )
+    assert row["accuracy"] == before["accuracy"] and loss == before["eval_loss"]  # the untrained model, unchanged
+    before, _, loss = before_and_after(loop)
+    assert loss != before["eval_loss"]  # the page's loop steps
+
+
+@pytest.mark.slow
+def test_chapter_0_data_cell_reads_a_readers_file(tiny_bert, readers_file, capsys):
+    path = readers_file("review", "sentiment")  # columns of their own names: the item's text_column=, label_column=
+    cells, setup = chapter_cells("00_baseline.ipynb")
+    data_cell = cell_with(cells, 'data = dataclasses.replace(chapter_settings("00", profile).data')
+    model_cell = cell_with(cells, "before = evaluate(model, eval_loader)")
+    mine = edited(
+        data_cell,
+        "group_by_length=False)",
+        f'group_by_length=False, dataset="{path}", train_size=None, eval_size=None, '
+        'text_column="review", label_column="sentiment")',
+    )
+    namespace = run_cells([setup], {})
+    capsys.readouterr()
+    namespace = run_cells([mine, model_cell], quiet(namespace))
+    said = capsys.readouterr().out
+    assert "held out 9 of 45 rows" in said  # a fifth of the file, for evaluation
+    assert "(3 classes;" in said  # the line before fine-tuning: the file's classes, not IMDb's two
+    assert len(namespace["train_frame"]) == 36
+
+
+@pytest.mark.slow
+def test_chapter_0_token_lengths_count_a_readers_texts(tiny_bert, readers_file, capsys):
+    import matplotlib.pyplot as plt
+
+    path = readers_file("review", "sentiment")
+    cells, setup = chapter_cells("00_baseline.ipynb")
+    lengths = cell_with(cells, 'split = load_text_classification(profile.dataset, "train")')
+    mine = edited(
+        lengths,
+        'load_text_classification(profile.dataset, "train")',
+        f'load_text_classification("{path}", "train", text_column="review", label_column="sentiment")',
+    )
+    mine = edited(mine, 'ax.set_title(f"{profile.dataset} review length', f'ax.set_title(f"{path} review length')
+    namespace = run_cells([setup], {})
+    capsys.readouterr()
+    namespace = run_cells([mine], quiet(namespace))
+    said = capsys.readouterr().out
+    texts = pd.read_csv(path)["review"]
+    tokens = [len(namespace["tokenizer"](text)["input_ids"]) for text in texts]
+    assert len(namespace["stats"]["lengths"]) == len(texts)  # every text (fewer than 2,000), not an IMDb sample
+    assert f"max {max(tokens)}" in said and "longer than 512 tokens: 0.0%" in said
+    assert namespace["ax"].get_title().startswith(str(path))
+    plt.close("all")
+
+
+@pytest.mark.slow
+def test_chapter_2_prints_the_largest_micro_batch_for_a_readers_card(capsys):
+    import matplotlib.pyplot as plt
+
+    from bertmem.model import tiny_bert_config
+
+    cells, setup = chapter_cells("02_gradient_accumulation.ipynb")
+    estimate = cell_with(cells, "for card in (16, 24):")
+    mine = edited(estimate, "for card in (16, 24):", "for card in (8, 16, 24):")  # the reader's edit
+    for attention in ("sdpa", "eager"):  # at tiny sizes: a 2-layer BERT, 64 tokens
+        mine = edited(
+            mine,
+            f'estimate_step_memory("bert-base-uncased", m, 512, attention="{attention}")',
+            f'estimate_step_memory(TINY, m, 64, attention="{attention}")',
+        )
+    namespace = run_cells([setup], {"TINY": tiny_bert_config()})
+    capsys.readouterr()
+    namespace = run_cells([mine], quiet(namespace))
+    lines = [line for line in capsys.readouterr().out.splitlines() if " GB card (1 GB kept free)" in line]
+    run_cells(["for card in (16, 24):" + estimate.split("for card in (16, 24):")[1]], namespace)  # the page's
+    page = [line for line in capsys.readouterr().out.splitlines() if " GB card (1 GB kept free)" in line]
+    plt.close("all")
+    assert [line.split()[0] for line in page] == ["16", "24"] and lines[1:] == page  # a T4 is the 16 GB line
+    found = re.fullmatch(
+        r"8 GB card \(1 GB kept free\): largest micro-batch (\d+) with eager attention "
+        r"\(accumulate (\d+)\), (\d+) with SDPA \(accumulate (\d+)\)",
+        lines[0],
+    )
+    eager, eager_steps, sdpa, sdpa_steps = map(int, found.groups())
+    assert eager * eager_steps == sdpa * sdpa_steps == 32 and eager <= sdpa
+
+
+@pytest.mark.slow
+def test_chapter_3_adds_a_row_for_a_readers_card():
+    cells, setup = chapter_cells("03_mixed_precision.ipynb")
+    hardware = cell_with(cells, "hardware = {")
+    namespace = run_cells([setup], {})
+    last = '    "CPU without bf16": ("cpu", None, False),\n'
+
+    def rows(capability: str | None) -> list[dict]:
+        cell = (
+            hardware
+            if capability is None
+            else edited(hardware, last, f'{last}    "my card": ("cuda", {capability}, None),\n')
+        )
+        return run_cells([cell], quiet(dict(namespace)))["rows"]
+
+    page, ampere, t4 = rows(None), rows("(8, 6)"), rows("(7, 5)")
+    assert "my card" not in [row["hardware"] for row in page]
+    assert ampere[:-1] == page == t4[:-1]
+    assert (ampere[-1]["hardware"], ampere[-1]["choice"], ampere[-1]["GradScaler"]) == ("my card", "bf16", "no")
+    assert (t4[-1]["choice"], t4[-1]["GradScaler"]) == ("fp16", "yes")
+
+
+@pytest.mark.slow
+def test_chapter_3_a_smaller_batch_shrinks_only_the_activations():
+    from bertmem.model import tiny_bert_config
+
+    cells, setup = chapter_cells("03_mixed_precision.ipynb")
+    estimate = cell_with(cells, 'estimate_step_memory("bert-base-uncased", 32, 512, precision=p')
+    smaller = edited(estimate, '"bert-base-uncased", 32, 512', '"bert-base-uncased", 8, 512')  # the reader's edit
+    namespace = run_cells([setup], {"TINY": tiny_bert_config()})
+
+    def table(cell: str, batch: int) -> dict[str, tuple[float, float]]:
+        tiny = edited(cell, f'"bert-base-uncased", {batch}, 512', f"TINY, {batch}, 64")  # a 2-layer BERT, 64 tokens
+        est = run_cells([tiny], quiet(namespace))["est"]
+        return {p: (r.activations / 2**30, r.total / 2**30) for p, r in est.items()}
+
+    page, eight = table(estimate, 32), table(smaller, 8)
+    assert set(page) == set(eight) == {"fp32", "bf16", "fp16"}
+    for p, (activations, total) in page.items():
+        drop = activations - eight[p][0]
+        assert drop > 0 and total - eight[p][1] == pytest.approx(drop), (p, page[p], eight[p])
+
+
+@pytest.fixture(scope="module")
+def chapter_4_groups(tiny_model_dir):
+    """Chapter 4's cells up to its group table, run once with a tiny random BERT: the cells and the namespace (each
+    test runs its cells in a copy)."""
+    cells, setup = chapter_cells("04_layerwise_lr_decay.ipynb")
+    definitions = [cell_with(cells, "def layerwise_param_groups("), cell_with(cells, "def post_param_groups(")]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("BERTMEM_MODEL_ID", str(tiny_model_dir))
+        namespace = run_cells([setup, *definitions, cell_with(cells, "post_groups = post_param_groups(model")], {})
+    return cells, namespace
+
+
+def group_table(cells: list[str], namespace: dict, groups_cell: str | None = None, table_cell: str | None = None):
+    """The rows of chapter 4's group table, with the page's cells or edited ones."""
+    table_cell = table_cell or cell_with(cells, "groups = layerwise_param_groups(model, base_lr=2e-5")
+    namespace = quiet(dict(namespace))
+    groups = run_cells([groups_cell, table_cell] if groups_cell else [table_cell], namespace)["groups"]
+    return [(g["name"], f"{g['lr']:.3g}", g["weight_decay"]) for g in groups]
+
+
+@pytest.mark.slow
+def test_chapter_4_no_decay_gives_every_group_the_heads_rate(chapter_4_groups):
+    cells, namespace = chapter_4_groups
+    table = cell_with(cells, "groups = layerwise_param_groups(model, base_lr=2e-5")
+    page = group_table(cells, namespace)
+    flat = group_table(cells, namespace, table_cell=edited(table, "decay=0.95", "decay=1.0"))
+    assert [name for name, _, _ in flat] == [name for name, _, _ in page]  # the same groups
+    assert {lr for _, lr, _ in flat} == {"2e-05"} and len({lr for _, lr, _ in page}) > 1
+    assert ("head", "2e-05") in [(name, lr) for name, lr, _ in page]
+
+
+@pytest.mark.slow
+def test_chapter_4_weight_decay_everywhere_drops_the_no_decay_rows(chapter_4_groups):
+    cells, namespace = chapter_4_groups
+    groups_cell = cell_with(cells, "def layerwise_param_groups(")
+    page = group_table(cells, namespace)
+    everywhere = group_table(cells, namespace, edited(groups_cell, "no_weight_decay(name, param)", "False"))
+    assert any("(no decay)" in name for name, _, _ in page) and 0.0 in [wd for _, _, wd in page]
+    assert not any("(no decay)" in name for name, _, _ in everywhere)
+    assert {wd for _, _, wd in everywhere} == {0.01}
+
+
+@pytest.mark.slow
+def test_chapter_4_the_posts_groups_fixed_move_the_classifier(chapter_4_groups, capsys):
+    cells, namespace = chapter_4_groups
+    post = cell_with(cells, "def post_param_groups(")
+    counted = cell_with(cells, "post_groups = post_param_groups(model")
+    batch = "make_loader(tokenize_frame(frame, tokenizer, 128), tokenizer, 16)"
+    one_step = edited(
+        cell_with(cells, "changes = {}\nfor name, groups in ("), batch, batch.replace("128", "16")
+    )  # at tiny sizes: 16 tokens
+
+    def result(post_cell: str) -> tuple[list[str], float]:
+        capsys.readouterr()
+        changes = run_cells([post_cell, counted, one_step], quiet(dict(namespace)))["changes"]
+        lines = capsys.readouterr().out.splitlines()
+        return [line for line in lines if "classifier" in line and "left out" in line], changes["blog post's groups "]
+
+    left_out = r"\s*classifier\s+0 parameters left out"
+    fixed = 'return [{"params": list(model.classifier.parameters()), "lr": base_lr}] + ['
+    (fixed_line,), fixed_change = result(edited(post, "return [", fixed))
+    assert fixed_change > 0 and re.fullmatch(left_out, fixed_line)
+    (page_line,), page_change = result(post)
+    assert page_change == 0 and not re.fullmatch(left_out, page_line)  # the post's groups leave the classifier out
+
+
+@pytest.mark.slow
+def test_chapter_4_sweep_reads_a_readers_file(readers_file, capsys):
+    path = readers_file()
+    cells, setup = chapter_cells("04_layerwise_lr_decay.ipynb")
+    sweep = cell_with(cells, "for alpha in (1.0, 0.95, 0.9):\n    for seed in seeds:")
+    data_part = sweep.split("\nruns = []")[0]  # the data it reads, before the nine fine-tunes
+    line = "    group_by_length=False,  # chapter 5's idea; here the batches stay random\n"
+    mine = edited(data_part, line, f'{line}    dataset="{path}", train_size=None, eval_size=None,\n')
+    namespace = run_cells([setup], {})
+    capsys.readouterr()
+    run_cells([mine], namespace)
+    said = capsys.readouterr().out.splitlines()
+    assert said[0].startswith("read my_texts.csv: 45 rows") and said[-2].startswith("held out 9 of 45 rows")
+    assert said[-1].startswith(f"{path}: 36 training and 9 evaluation texts, ")
+    run_cells([data_part], namespace)  # the page's: the chapter's own data set, no rows held out
+    assert not capsys.readouterr().out.startswith(("read", "held out", str(path)))
