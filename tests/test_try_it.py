@@ -23,6 +23,11 @@ TRY_IT = {
         ('add `dataset="/content/my_texts.csv", train_size=None', "test_chapter_0_data_cell_reads_a_readers_file"),
         ("replace `profile.dataset` (both times)", "test_chapter_0_token_lengths_count_a_readers_texts"),
     ],
+    "01_pain_points.ipynb": [
+        ("replace `if address not in weights:` with `if True:`", "test_chapter_1_counts_with_the_pages_hook"),
+        ("measurement's cell, replace `profile.dataset`", "test_chapter_1_measures_a_step_on_a_readers_texts"),
+        ('add `optimizer="sgd"`', "test_chapter_1_sgd_halves_the_optimizer_state"),
+    ],
     "02_gradient_accumulation.ipynb": [
         ("`return [1 / len(counts) for c in counts]`", "test_chapter_2_checks_the_pages_loss_weights"),
         ("to `SGD(tiny.parameters(), lr=lr)`", "test_chapter_2_steps_with_the_pages_adamw_probe"),
@@ -38,6 +43,36 @@ TRY_IT = {
         ("`no_weight_decay(name, param)` with", "test_chapter_4_weight_decay_everywhere_drops_the_no_decay_rows"),
         ('`return [{"params": list(model.classifier', "test_chapter_4_the_posts_groups_fixed_move_the_classifier"),
         ('add `dataset="/content/my_texts.csv", train_size=None', "test_chapter_4_sweep_reads_a_readers_file"),
+    ],
+    "05_optimized_loop.ipynb": [
+        ("`torch.optim.SGD(params, lr=config.learning_rate)`",
+         "test_chapter_5_memory_column_follows_the_pages_optimizer"),
+        ('`profile.dataset, "train", size=1000, seed=0`', "test_chapter_5_padding_table_counts_a_readers_texts"),
+    ],
+    "06_pitfalls.ipynb": [
+        ("`if all(now < before", "test_chapter_6_without_the_every_step_check_overflow_reads_as_frequent"),
+        ("change `learning_rate=1e4` to", "test_chapter_6_the_guard_stays_silent_while_the_loss_stays_finite"),
+        ('`profile.long_dataset, "train", size=1000', "test_chapter_6_truncation_table_counts_a_readers_texts"),
+    ],
+    "07_scaling_out.ipynb": [
+        ("`gradient_buckets=True` to", "test_chapter_7_buckets_as_views_keep_the_ddp_curve_flat"),
+        ("`state=StateBytes(2, 2, 12),`", "test_chapter_7_the_zero_papers_bytes_lower_every_curve_past_one_device"),
+        ("change `config, 8, 512`", "test_chapter_7_a_larger_micro_batch_adds_the_same_to_every_entry"),
+    ],
+    "08_below_the_floor.ipynb": [
+        ("change `lora_rank = 8` to `lora_rank = 2`", "test_chapter_8_runs_lora_with_the_pages_rank_and_targets"),
+        ('`target_modules or ["query", "key", "value"]`', "test_chapter_8_runs_lora_with_the_pages_rank_and_targets"),
+        ("add `(3072, 768)`", "test_chapter_8_a_feed_forward_matrix_keeps_fewer_state_bytes_per_value"),
+        ("add `cards_gb=(8, 16, 24)`", "test_chapter_8_estimates_add_a_column_for_a_readers_card"),
+    ],
+    "09_beyond_512.ipynb": [
+        ("`window_starts(len(tokens), size, size)`", "test_chapter_9_reads_and_pools_with_the_pages_windows"),
+        ('`[open("/content/my_text.txt").read()]`', "test_chapter_9_cuts_a_readers_text_into_windows"),
+        ("`input_ids=input_ids[:, :32],`", "test_chapter_9_memory_table_reads_with_the_pages_chunked_classifier"),
+    ],
+    "09b_what_long_inputs_cost.ipynb": [
+        ("`PlanRequest(memory_bytes=24 * 2**30)`", "test_chapter_9b_a_readers_card_moves_the_room_and_what_fits"),
+        ("add `gradient_checkpointing=True`", "test_chapter_9b_windows_with_checkpointing_need_less_memory"),
     ],
 }
 # what a reader's page does not talk about: how the book is checked or run
@@ -230,6 +265,43 @@ def test_chapter_0_token_lengths_count_a_readers_texts(tiny_bert, readers_file, 
 
 
 @pytest.mark.slow
+def test_chapter_1_measures_a_step_on_a_readers_texts(tiny_bert, readers_file, capsys):
+    path = readers_file()
+    cells, setup = chapter_cells("01_pain_points.ipynb")
+    hook = cell_with(cells, "def saved_activation_bytes(")
+    measured = cell_with(cells, "shown = saved_activation_bytes(model, batch)")
+    mine = edited(measured, "    profile.dataset, ", f'    "{path}", ')  # the reader's edit
+    namespace = run_cells([setup], {})
+    namespace["profile"] = dataclasses.replace(namespace["profile"], micro_batch=6, max_length=12)  # a tiny step
+    capsys.readouterr()
+    namespace = run_cells([hook, mine], quiet(namespace))
+    (line,) = [line for line in capsys.readouterr().out.splitlines() if "tokens, eager attention, fp32" in line]
+    texts = list(namespace["frame"]["text"])
+    tokens = [len(namespace["tokenizer"](text)["input_ids"]) for text in texts]
+    assert len(texts) == 6 and set(texts) <= set(pd.read_csv(path)["text"])  # a batch of the file's texts
+    assert f", batch 6 × {min(max(tokens), 12)} tokens, " in line  # padded to the longest, cut at the limit
+
+
+@pytest.mark.slow
+def test_chapter_1_sgd_halves_the_optimizer_state():
+    """At tiny sizes: a 2-layer BERT 32 wide (512 positions) for bert-base; bytes per parameter do not depend on
+    the model's size. The page's rows, AdamW's, print 16 bytes per parameter and 8 of Adam state."""
+    from bertmem.model import tiny_bert_config
+
+    cells, setup = chapter_cells("01_pain_points.ipynb")
+    state = cell_with(cells, 'n = count_bert_parameters(model_config("bert-base-uncased"))')
+    mine = edited(state, "precision=precision\n", 'precision=precision, optimizer="sgd"\n')  # the reader's edit
+    mine = edited(mine, 'model_config("bert-base-uncased")', "model_config(TINY)")
+    mine = edited(mine, '"bert-base-uncased", b_, s_', "TINY, b_, s_")
+    namespace = run_cells([setup], {"TINY": tiny_bert_config(max_position_embeddings=512), "GB": 1e9})
+    namespace = run_cells([mine], quiet(namespace))
+    rows, n = namespace["rows"], namespace["n"]
+    assert len(rows) == 4  # two precisions, two sizes
+    assert [round(r["weights+grads+Adam, bytes/param"], 2) for r in rows] == [12.0] * 4  # as the table prints it
+    assert [round(r["Adam state (GB)"] * 1e9 / n, 2) for r in rows] == [4.0] * 4  # half of AdamW's 8
+
+
+@pytest.mark.slow
 def test_chapter_2_prints_the_largest_micro_batch_for_a_readers_card(capsys):
     import matplotlib.pyplot as plt
 
@@ -386,3 +458,256 @@ def test_chapter_4_sweep_reads_a_readers_file(readers_file, capsys):
     assert said[-1].startswith(f"{path}: 36 training and 9 evaluation texts, ")
     run_cells([data_part], namespace)  # the page's: the chapter's own data set, no rows held out
     assert not capsys.readouterr().out.startswith(("read", "held out", str(path)))
+
+
+def test_chapter_5_padding_table_counts_a_readers_texts(tmp_path):
+    path = tmp_path / "my_texts.csv"  # 45 texts of 5 to 400 tokens: some longer than each limit but the last
+    rows = [(f"text {i}: " + "very " * (9 * i) + ("good" if i % 2 else "bad"), i % 2) for i in range(45)]
+    pd.DataFrame(rows, columns=["text", "label"]).to_csv(path, index=False)
+    cells, setup = chapter_cells("05_optimized_loop.ipynb")
+    padding = cell_with(cells, "grouped = LengthGroupedBatchSampler(")
+    mine = edited(padding, 'profile.dataset, "train", size=1000, seed=0', f'"{path}", "train"')  # the reader's edit
+    namespace = run_cells([mine], quiet(run_cells([setup], {})))
+    tokens = [len(namespace["tokenizer"](text)["input_ids"]) for text, _ in rows]
+    table = {row["max_length"]: row for row in namespace["rows"]}
+    assert len(namespace["frame"]) == len(rows) and list(table) == [128, 256, 512]  # every text, not 1,000 reviews
+    for limit, row in table.items():
+        cut = [min(t, limit) for t in tokens]
+        assert row["mean tokens"] == pytest.approx(sum(cut) / len(cut))
+        assert row["padding, pad to max_length"] == pytest.approx(1 - sum(cut) / (limit * len(cut)))
+    assert table[128]["mean tokens"] < table[256]["mean tokens"] < table[512]["mean tokens"]
+
+
+@pytest.mark.slow
+def test_chapter_6_without_the_every_step_check_overflow_reads_as_frequent(capsys):
+    cells, setup = chapter_cells("06_pitfalls.ipynb")
+    diagnose = cell_with(cells, "def diagnose_scale_trace(")
+    demo = cell_with(cells, 'broken, _ = scaled_run("fp16", ffn_scale=1e6')
+    short = edited(edited(demo, "steps=30,", "steps=4,"), "micro_sizes=(4, 4)", "micro_sizes=(2, 2)")  # tiny sizes
+    traces = [cell_with(cells, "def scaled_run("), short]
+    mine = edited(diagnose, "if all(now < before for now, before in recent):", "if False:")  # the reader's edit
+    namespace = run_cells([setup], {})
+    capsys.readouterr()
+    namespace = run_cells([mine, *traces], namespace)
+    healthy, broken = capsys.readouterr().out.splitlines()
+    page = run_cells([diagnose], {})["diagnose_scale_trace"]  # the page's reading of the same two traces
+    assert broken.startswith("broken: ") and "Frequent overflows" in broken and "forward" not in broken
+    assert "forward* pass overflows" in page(namespace["broken"], 2.0**16)
+    assert healthy == "healthy: " + page(namespace["healthy"], 2.0**16)  # unchanged
+
+
+@pytest.mark.slow
+def test_chapter_6_the_guard_stays_silent_while_the_loss_stays_finite(capsys):
+    cells, setup = chapter_cells("06_pitfalls.ipynb")
+    batches = cell_with(cells, "batches = synthetic_batches(8, 8)").splitlines()[0]  # the plot cell's batches
+    batches = edited(batches, "synthetic_batches(8, 8)", "synthetic_batches(2, 8)")  # tiny sizes: 12 steps
+    guard = cell_with(cells, "tiny_training_run(batches, learning_rate=1e4)")
+    namespace = run_cells([setup, batches], {})
+    capsys.readouterr()
+    run_cells([edited(guard, "learning_rate=1e4", "learning_rate=1e2")], namespace)  # the reader's edit
+    assert capsys.readouterr().out == ""  # six epochs at 100, every loss finite: nothing to print
+    run_cells([guard], namespace)  # the page's: stopped within a few steps
+    assert capsys.readouterr().out.startswith("non-finite training state at optimizer step")
+
+
+@pytest.mark.slow
+def test_chapter_6_truncation_table_counts_a_readers_texts(tiny_bert, tmp_path, capsys):
+    path = tmp_path / "my_texts.csv"  # 40 texts of 10 to 600 tokens: some longer than each limit
+    rows = [(f"text {i}: " + "very " * (15 * i) + ("good" if i % 2 else "bad"), i % 2) for i in range(40)]
+    pd.DataFrame(rows, columns=["text", "label"]).to_csv(path, index=False)
+    cells, setup = chapter_cells("06_pitfalls.ipynb")
+    lengths = cell_with(cells, "reviews = load_text_classification(profile.long_dataset")
+    mine = edited(lengths, 'profile.long_dataset, "train", size=1000, seed=0', f'"{path}", "train"')
+    namespace = run_cells([setup], {})
+    capsys.readouterr()
+    namespace = run_cells([mine], quiet(namespace))
+    said = capsys.readouterr().out
+    tokens = pd.Series([len(namespace["tokenizer"](text, verbose=False)["input_ids"]) for text, _ in rows])
+    assert len(namespace["lengths"]) == len(rows)  # every text of the file, not 1,000 IMDb reviews
+    assert said.startswith("read my_texts.csv: 40 rows")
+    assert f"median review: {tokens.median():.0f} tokens" in said and f"longest {tokens.max()}\n" in said
+    shares = [row["reviews truncated"] for row in namespace["rows"]]
+    assert shares == [float((tokens > m).mean()) for m in (128, 256, 512)] and 0 < shares[-1] < shares[0] < 1
+
+
+@pytest.fixture(scope="module")
+def chapter_7_sizes():
+    """Chapter 7's cells up to its sizes cell, that cell at tiny sizes: 2- and 4-layer BERTs 32 wide, 64 tokens, named
+    as the page's two models (the cells below look them up by name). The cells, the namespace and the tiny cell."""
+    from bertmem.model import tiny_bert_config
+
+    cells, setup = chapter_cells("07_scaling_out.ipynb")
+    tiny = {"bert-base-uncased": tiny_bert_config(), "bert-large-uncased": tiny_bert_config(num_hidden_layers=4)}
+
+    def at_tiny_sizes(sizes_cell: str) -> str:
+        return edited(edited(sizes_cell, "config = model_config(name)", "config = TINY[name]"), ", 512, ", ", 64, ")
+
+    namespace = run_cells([setup, cell_with(cells, "def per_device_bytes(")], {"TINY": tiny})
+    sizes = cell_with(cells, 'for name in ("bert-base-uncased", "bert-large-uncased"):')
+    return cells, run_cells([at_tiny_sizes(sizes)], namespace), at_tiny_sizes
+
+
+def chapter_7_curves(plot_cell: str, namespace: dict) -> dict[tuple[int, str], list[float]]:
+    """The plotted memory per device, GiB by number of devices: (panel, curve's label) -> values."""
+    import matplotlib.pyplot as plt
+
+    axes = run_cells([plot_cell], quiet(dict(namespace)))["axes"]
+    curves = {(panel, line.get_label()): [float(y) for y in line.get_ydata()]
+              for panel, ax in enumerate(axes) for line in ax.get_lines() if line.get_label() != "activations alone"}
+    plt.close("all")
+    return curves
+
+
+@pytest.mark.slow
+def test_chapter_7_buckets_as_views_keep_the_ddp_curve_flat(chapter_7_sizes):
+    cells, namespace, _ = chapter_7_sizes
+    plot = cell_with(cells, "gradient_buckets=True,")
+    page = chapter_7_curves(plot, namespace)
+    views = chapter_7_curves(edited(plot, "gradient_buckets=True", "gradient_buckets=False"), namespace)
+    ddp = "DDP (default buckets)"
+    assert len(page) == len(views) == 8
+    for panel in (0, 1):
+        assert page[panel, ddp][1] > page[panel, ddp][0]  # the page's: a second gradient copy from two devices
+        assert views[panel, ddp] == [page[panel, ddp][0]] * 5  # flat at the one-device value
+    assert all(views[key] == values for key, values in page.items() if key[1] != ddp)
+
+
+@pytest.mark.slow
+def test_chapter_7_the_zero_papers_bytes_lower_every_curve_past_one_device(chapter_7_sizes):
+    cells, namespace, _ = chapter_7_sizes
+    plot = cell_with(cells, "gradient_buckets=True,")
+    page = chapter_7_curves(plot, namespace)
+    paper = chapter_7_curves(edited(plot, "gathered_params=unit,", "gathered_params=unit,\n"
+                                    "                state=StateBytes(2, 2, 12),"), namespace)
+    assert paper.keys() == page.keys() and len(page) == 8
+    for key, before in page.items():
+        assert paper[key][0] == pytest.approx(before[0])  # one device: 16 bytes per parameter either way
+        assert all(after < was for after, was in zip(paper[key][1:], before[1:])), key
+    for panel in (0, 1):
+        drop = {label: page[panel, label][-1] - paper[panel, label][-1] for p, label in page if p == panel}
+        assert max(drop, key=drop.get) == "ZeRO-1", drop  # at 16 devices
+
+
+@pytest.mark.slow
+def test_chapter_7_a_larger_micro_batch_adds_the_same_to_every_entry(chapter_7_sizes):
+    from bertmem.core import GIB
+
+    cells, namespace, at_tiny_sizes = chapter_7_sizes
+    sizes = cell_with(cells, 'for name in ("bert-base-uncased", "bert-large-uncased"):')
+    tables_cell = cell_with(cells, "rows = sharding_table(params, activations, counts, gathered_params=unit)")
+
+    def tables(sizes_cell: str) -> tuple[dict, list[list[dict]]]:
+        shown = []
+        found = run_cells([at_tiny_sizes(sizes_cell), tables_cell], dict(namespace, display=shown.append))
+        return found["setups"], [table.rows for table in shown if hasattr(table, "rows")]
+
+    page_setups, page = tables(sizes)
+    mine_setups, mine = tables(edited(sizes, "config, 8, 512", "config, 16, 512"))  # the reader's edit
+    assert len(page) == len(mine) == 2
+    for name, before, after in zip(page_setups, page, mine):
+        grown = (mine_setups[name][1] - page_setups[name][1]) / GIB  # the activations
+        assert grown > 0 and [row["strategy"] for row in after] == [row["strategy"] for row in before]
+        for was, now in zip(before, after):
+            assert all(now[k] - was[k] == pytest.approx(grown) for k in was if k != "strategy"), (name, was, now)
+
+
+@pytest.mark.slow
+def test_chapter_8_a_feed_forward_matrix_keeps_fewer_state_bytes_per_value():
+    cells, setup = chapter_cells("08_below_the_floor.ipynb")
+    shapes = cell_with(cells, "for shape in ((768,), (4095,), (4096,), (768, 768)):")
+    mine = edited(shapes, "(768, 768)):", "(768, 768), (3072, 768)):")  # the reader's edit
+    namespace = run_cells([setup], {})
+    rows = {row["tensor shape"]: row for row in run_cells([mine], quiet(namespace))["rows"]}
+    assert list(rows) == ["768", "4095", "4096", "768 × 768", "3072 × 768"]  # the page's four, then the new one
+    square, wide = rows["768 × 768"], rows["3072 × 768"]
+    assert wide["adamw"] == pytest.approx(8.0, abs=1e-3)
+    assert wide["adamw8bit"] <= square["adamw8bit"] and wide["adafactor"] < square["adafactor"]
+
+
+@pytest.mark.slow
+def test_chapter_8_estimates_add_a_column_for_a_readers_card(tiny_model_dir):
+    import inspect
+
+    cells, setup = chapter_cells("08_below_the_floor.ipynb")
+    rank = cell_with(cells, "lora_rank = 8  #")
+    estimates = cell_with(cells, "for row in estimated_lever_rows(").split("\ndisplay(")[0]  # before its table
+    mine = edited(estimates, "lora_rank=lora_rank", "lora_rank=lora_rank, cards_gb=(8, 16, 24)")  # the reader's edit
+    tiny = edited(mine, 'for model in ("bert-base-uncased", "bert-large-uncased")', "for model in (TINY,)")
+    namespace = run_cells([setup, rank], {"TINY": str(tiny_model_dir)})
+    # at tiny sizes: one tiny random BERT, 64 tokens
+    rows = run_cells([edited(tiny, "seq_len=512", "seq_len=64")], namespace)["estimates"]
+    cards = [f"largest micro-batch, {card} GB" for card in (8, 16, 24)]
+    assert [k for k in rows[0] if k.startswith("largest")] == cards and len(rows) == 6  # every lever, ZeRO-Offload too
+    assert all(0 < row[cards[0]] <= row[cards[1]] <= row[cards[2]] for row in rows), rows
+    # the page's call gives the columns of the default cards only
+    assert inspect.signature(namespace["estimated_lever_rows"]).parameters["cards_gb"].default == (16, 24)
+
+
+def test_chapter_9_cuts_a_readers_text_into_windows(tmp_path, capsys):
+    path = tmp_path / "my_text.txt"  # a text of some 300 tokens: several windows
+    path.write_text("My long letter begins here. " + " ".join(f"Sentence {i} goes on." for i in range(60)))
+    cells, setup = chapter_cells("09_beyond_512.ipynb")
+    demo = cell_with(cells, 'review = content_tokens(long_test["text"].iloc[:1], tokenizer)[0]')
+    mine = edited(demo, 'long_test["text"].iloc[:1]', f'[open("{path}").read()]')  # the reader's edit
+    namespace = run_cells([setup, cell_with(cells, "def split_windows(")], {})
+    capsys.readouterr()
+    namespace = run_cells([mine], namespace)
+    first, *openings = capsys.readouterr().out.splitlines()
+    window, stride = namespace["window"], namespace["stride"]
+    n = len(namespace["tokenizer"](path.read_text(), add_special_tokens=False)["input_ids"])
+    starts = namespace["window_starts"](n, window - 2, stride)
+    assert len(starts) > 2 and len(openings) == 2
+    assert first == f"{n + 2} tokens; windows of {window} every {stride} tokens of text start at {starts}"
+    assert openings[0].startswith("[CLS] my long letter begins here")
+
+
+def test_chapter_9b_a_readers_card_moves_the_room_and_what_fits():
+    """The cell's 35 estimates (minutes of Python) stand in as made-up step peaks on both sides of the two cards'
+    room for tensors: the item is about the budget the peaks are held against, not about the estimates."""
+    import matplotlib.pyplot as plt
+
+    cells, setup = chapter_cells("09b_what_long_inputs_cost.ipynb")
+    figure = edited(cell_with(cells, "budget = PlanRequest()"),
+                    "long_input_estimates(lengths, window=512, stride=default_stride(512))", "STAND_IN")
+    mine = edited(figure, "budget = PlanRequest()", "budget = PlanRequest(memory_bytes=24 * 2**30)")  # the reader's
+    fits = cell_with(cells, "fits, fit_tokens = {}, {}").split("\nconfig_1024 = ")[0]  # up to its own estimates
+    peaks = {"small": (1, 2, 3, 4, 5), "growing": (4, 8, 18, 40, 90), "large": (30, 40, 50, 60, 70)}  # GiB
+    stand_in = [{"reading": name, **dict(zip((512, 1024, 2048, 4096, 8192), gib))} for name, gib in peaks.items()]
+    namespace = run_cells([setup], {"STAND_IN": stand_in})
+
+    def room_and_fits(cell: str) -> tuple[float, dict[str, int]]:
+        found = run_cells([cell, fits], quiet(dict(namespace)))
+        (dashed,) = [line for line in found["ax"].get_lines() if line.get_linestyle() == "--"]
+        plt.close("all")
+        return float(dashed.get_ydata()[0]), found["fit_tokens"]
+
+    (page_room, page_fits), (room, card_fits) = room_and_fits(figure), room_and_fits(mine)
+    assert page_room < room < 24
+    assert page_fits == {"small": 8192, "growing": 1024, "large": 0}  # a T4's room
+    assert card_fits == {"small": 8192, "growing": 2048, "large": 0}
+
+
+@pytest.mark.slow
+def test_chapter_9b_windows_with_checkpointing_need_less_memory():
+    """The cell's windows estimate alone, at tiny sizes: a 2-layer BERT 32 wide for bert-base, at the micro-batch of
+    13 that chapter 1 finds behind the post's 10 GB (the cell's own estimates of that batch, and of one sequence,
+    are not what the edit changes)."""
+    import textwrap
+
+    from bertmem.model import tiny_bert_config
+
+    cells, setup = chapter_cells("09b_what_long_inputs_cost.ipynb")
+    cell = cell_with(cells, "post_batch = batch_for_peak(")
+    start, end = cell.index("    per_review = window_count("), cell.index('\nat_post_batch["checkpointing"]')
+    part = textwrap.dedent(cell[start:end])  # two statements of the cell's `with` block
+    windows = '"bert-base-uncased", post_batch * per_review, 512, precision="fp32"'
+    mine = edited(part, windows, windows + ", gradient_checkpointing=True")  # the reader's edit
+    namespace = run_cells([setup], {"TINY": tiny_bert_config(max_position_embeddings=512), "post_batch": 13})
+
+    def windows_peak(source: str) -> int:
+        tiny = edited(source, '"bert-base-uncased", post_batch', "TINY, post_batch")
+        found = run_cells([tiny], dict(namespace))
+        assert found["per_review"] == 3  # 1,024 tokens: three windows of 512
+        return found["windowed"].step_peak
+
+    assert windows_peak(mine) < windows_peak(part)

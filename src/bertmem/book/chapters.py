@@ -208,7 +208,7 @@ def chapter_runs(profile: Profile) -> dict[str, list[Run]]:
         "06": [Run(data["06-warmup"], precision["06-warmup"], epochs=2, repeats=2),
                Run(data["06-truncation"], precision["06-truncation"], repeats=2)],
         # A3 reads a recorded GPU run and times one step; A4 and A5 train nothing
-        "07": [], "A3": [], "A4": [], "A5": [],
+        "07": [], "09b": [], "A3": [], "A4": [], "A5": [],  # 09b: estimates only
         # the demo file's 640 training and 160 held-out rows: one run, then three more for the class weights
         "A1": [Run(DataConfig(dataset="tickets", train_size=640, eval_size=160, max_length=profile.max_length),
                    "auto", repeats=4)],
@@ -279,6 +279,8 @@ def data_line(chapter: str, profile: Profile) -> str:
         return "data: a recorded GPU run; one step on random token ids at the end"
     if chapter == "A4":
         return "data: files this page writes (800 generated support tickets, a corpus of small messy files)"
+    if chapter == "09b":
+        return "data: none (estimates for a CUDA device: no model trained, no weights, nothing allocated)"
     if chapter == "A5":
         return "data: published GPU memory readings (estimates only: no model trained, nothing allocated)"
     if chapter == "05b":
@@ -351,7 +353,7 @@ def setup_line(chapter: str, profile: Profile, gpu_name: str | None = None) -> s
 def t4_numbers_line(chapter: str, gpu: Profile) -> str:
     """What this chapter's live numbers would come from on a T4: the GPU profile's model and data, and fp16 where
     a CPU run uses bf16 (setup cells)."""
-    if chapter in ("A4", "A5"):  # files the page writes; published readings and CUDA estimates
+    if chapter in ("09b", "A4", "A5"):  # CUDA estimates; files the page writes; published readings
         return "on a T4 the same: nothing this page runs depends on the profile or the card"
     reads = data_line(chapter, gpu).removeprefix("data: ")
     return (f"on a T4 the live runs read {gpu.model_id}: {reads}; fp16 with loss scaling wherever a run here "

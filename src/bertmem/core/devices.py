@@ -255,6 +255,44 @@ def model_picks_cudnn(config, device: torch.device, dtype: torch.dtype) -> bool:
                             getattr(config, "attention_probs_dropout_prob", 0.0))
 
 
+# cuBLAS's reproducible workspace setting. PyTorch releases before pytorch/pytorch#161749 (merged October 2025)
+# refuse a cuBLAS call under strict deterministic algorithms unless it is :4096:8 or :16:8, and read it once, at the
+# process's first cuBLAS call; later releases give each handle and stream its own workspace and check nothing.
+CUBLAS_WORKSPACE_ENV = "CUBLAS_WORKSPACE_CONFIG"
+DETERMINISTIC_CUBLAS = ":4096:8"
+_BEFORE_DETERMINISTIC: list[dict[str, Any]] = []  # what the process had before a run switched them on (one entry)
+
+
+def use_deterministic_algorithms(enabled: bool) -> None:
+    """`TrainConfig.deterministic`, applied where every backend sets up its run (chapter 5b).
+
+    On: `torch.use_deterministic_algorithms(True, warn_only=False)` and $CUBLAS_WORKSPACE_CONFIG=:4096:8 where
+    unset. Strict, not warn-only: only then do SDPA's flash and memory-efficient backward passes take their
+    deterministic paths and cuDNN's attention (no deterministic backward in PyTorch) drop out of SDPA's choice;
+    warn-only keeps the fast kernels and warns (PyTorch's reproducibility notes, "CUDA Scaled Dot Product
+    Attention"). An operation without a deterministic version then stops the run with PyTorch's error naming it.
+    On a CPU the variable is unused and this book's kernels give the same numbers either way (tests/test_determinism).
+
+    Off: if a run of this process switched them on, what the process had before comes back; otherwise nothing
+    changes (a reader's own `torch.use_deterministic_algorithms` stays). Like the seed, the setting holds for the
+    rest of the process rather than for one call: chapter 5 shows `train` whole, and every run sets it anew.
+    """
+    if enabled:
+        if not _BEFORE_DETERMINISTIC:
+            _BEFORE_DETERMINISTIC.append({"on": torch.are_deterministic_algorithms_enabled(),
+                                          "warn_only": torch.is_deterministic_algorithms_warn_only_enabled(),
+                                          "cublas": os.environ.get(CUBLAS_WORKSPACE_ENV)})
+        os.environ.setdefault(CUBLAS_WORKSPACE_ENV, DETERMINISTIC_CUBLAS)  # before this run's first cuBLAS call
+        torch.use_deterministic_algorithms(True, warn_only=False)
+    elif _BEFORE_DETERMINISTIC:
+        before = _BEFORE_DETERMINISTIC.pop()
+        torch.use_deterministic_algorithms(before["on"], warn_only=before["warn_only"])
+        if before["cublas"] is None:
+            os.environ.pop(CUBLAS_WORKSPACE_ENV, None)
+        else:
+            os.environ[CUBLAS_WORKSPACE_ENV] = before["cublas"]
+
+
 @contextlib.contextmanager
 def cudnn_attention(enabled: bool):
     """cuDNN's attention allowed or forbidden among SDPA's choices for the block, then as it was (chapter 5)."""

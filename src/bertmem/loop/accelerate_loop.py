@@ -6,7 +6,7 @@ import time
 
 import torch
 
-from bertmem.core.devices import cuda_available, model_device
+from bertmem.core.devices import cuda_available, model_device, use_deterministic_algorithms
 from bertmem.core.runtime import progress as progress_bar
 from bertmem.loop.accumulation import optimizer_steps
 from bertmem.loop.baseline import TrainResult, evaluate
@@ -94,6 +94,7 @@ def train_with_accelerate(model: torch.nn.Module, train_loader, config: TrainCon
     accelerator = accelerator or accelerator_for(config, run.device or model_device(model).type)
     check_deepspeed_clipping(accelerator, config)
     set_seed(config.seed)
+    use_deterministic_algorithms(config.deterministic)  # as train and the Trainer do (chapter 5b)
     prepare_model(model, config)  # chapter 8's levers and checkpointing, before the optimizer
     _, total = optimizer_steps(len(train_loader), config.accumulation_steps, config.epochs, config.max_steps,
                                processes=accelerator.num_processes)

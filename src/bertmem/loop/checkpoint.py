@@ -1,4 +1,5 @@
-"""Checkpoints that resume exactly and safely: state, RNGs, data position and the run's settings (chapter 5b)."""
+"""Checkpoints that resume safely, and exactly where the kernels are deterministic (a CPU; a GPU with
+`TrainConfig.deterministic`): state, RNGs, data position and the run's settings (chapter 5b)."""
 
 from __future__ import annotations
 
@@ -18,11 +19,13 @@ from bertmem.data.frames import EncodedDataset
 
 CHECKPOINT_NAME = "checkpoint.pt"
 FORMAT = 2  # 2: loads with weights_only=True and records the run's settings
-# Settings a resumed run may change: they alter neither the data, the step positions nor the schedule.
+# Settings a resumed run may change: they alter neither the data, the step positions nor the schedule (the kernels'
+# arithmetic may change with some: device, fused_optimizer, deterministic). A checkpoint written before one of them
+# existed resumes too.
 SAFE_TO_CHANGE = frozenset({"progress", "checkpoint_every", "checkpoint_minutes", "checkpoint_dir", "resume",
                             "device", "oom_backoff", "gradient_checkpointing", "fused_optimizer", "guard_non_finite",
                             "output_dir", "save_model", "backend", "eval_dataset", "eval_size", "eval_batch_size",
-                            "overwrite"})
+                            "overwrite", "deterministic"})
 # Settings added after a checkpoint format, with the value every run before them had: an older checkpoint resumes.
 ADDED_SETTINGS = {"truncation": "head", "class_weights": "none"}
 # Settings renamed since (one name per idea): an older checkpoint's keys are read under their new names.

@@ -14,7 +14,7 @@ import torch
 from torch.nn.utils import clip_grad_norm_
 from torch.utils.data import DataLoader
 
-from bertmem.core.devices import model_device, require_device, synchronize
+from bertmem.core.devices import model_device, require_device, synchronize, use_deterministic_algorithms
 from bertmem.core.interrupts import stops_on_sigterm
 from bertmem.core.runtime import progress as progress_bar
 from bertmem.core.runtime import seed_everything
@@ -115,12 +115,14 @@ def use_fused_adamw(config: TrainConfig, model: torch.nn.Module) -> bool:
 
 def prepare_run(model: torch.nn.Module, train_loader, config: TrainConfig, run: RunConfig,
                 levers: Levers = PACKAGE_LEVERS):
-    """Checks, seed, device, chapter 8's levers, checkpointing; (device, micro-batch size, steps per epoch, total)."""
+    """Checks, seed, deterministic kernels (ch. 5b), device, chapter 8's levers, checkpointing; (device, micro-batch
+    size, steps per epoch, total)."""
     if len(train_loader) == 0:
         raise ValueError("the training loader yields no batches: the dataset is empty")
     micro_size = getattr(train_loader, "batch_size", None) or len(next(iter(train_loader))["labels"])
     check_dataset_fits(dataset_size(train_loader), micro_size * config.accumulation_steps)
     seed_everything(config.seed)
+    use_deterministic_algorithms(config.deterministic)  # every backend sets it up here; before the first matmul
     prepare_model(model, config, run.device, levers)
     steps_per_epoch, total = optimizer_steps(len(train_loader), config.accumulation_steps, config.epochs,
                                              config.max_steps)

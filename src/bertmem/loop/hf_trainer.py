@@ -8,7 +8,7 @@ from typing import Callable
 
 import torch
 
-from bertmem.core.devices import cuda_available, model_device
+from bertmem.core.devices import cuda_available, model_device, use_deterministic_algorithms
 from bertmem.loop.accumulation import optimizer_steps
 from bertmem.loop.baseline import TrainResult
 from bertmem.loop.combined import make_optimizer_and_scheduler, prepare_trainable
@@ -85,6 +85,9 @@ def train_with_trainer(model: torch.nn.Module, train_loader, config, output_dir:
                              max_grad_norm=config.max_grad_norm or 0.0,
                              accelerator_config={"use_seedable_sampler": False})  # keep our loader's order
     prepare_trainable(model, config)  # chapter 8's levers, before the optimizer
+    # train's and Accelerate's switch, not the Trainer's full_determinism (which also overwrites
+    # CUBLAS_WORKSPACE_CONFIG and reseeds) (chapter 5b)
+    use_deterministic_algorithms(config.deterministic)
     optimizer, scheduler = make_optimizer_and_scheduler(model, config, total)
 
     class LoaderTrainer(Trainer):  # train on exactly our batches, in our order
