@@ -119,10 +119,12 @@ def rate_note(card: Card, precision: str, rows: list[dict[str, Any]] | None = No
         return None
     rows = time_check() if rows is None else rows
     held = sum(r["card"] == card.name and r["precision"] == precision for r in rows)
+    # a held run's card is the one the book times it as (GACT's T4 is inferred), not necessarily Colab's
     runs = (f"none of the {len(rows)} training times the book holds the estimate against is "
-            f"{with_article(card.name)} {precision} run" if held == 0
+            f"{with_article(precision)} run on a card timed as the {card.name}" if held == 0
             else f"{held} of the {len(rows)} training times the book holds the estimate against "
-                 f"{'is' if held == 1 else 'are'} {card.name} {precision} run{'s' * (held != 1)}")
+                 f"{'is ' + with_article(precision) if held == 1 else 'are ' + precision} run{'s' * (held != 1)} "
+                 f"on a card timed as the {card.name}")
     return (f"the {card.name}'s {precision} rate ({card.training_tflops(precision):g} TFLOP/s) rests on "
             f"{card.measured_basis[precision]}; {runs}")
 

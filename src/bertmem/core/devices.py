@@ -282,7 +282,9 @@ def use_deterministic_algorithms(enabled: bool) -> None:
             _BEFORE_DETERMINISTIC.append({"on": torch.are_deterministic_algorithms_enabled(),
                                           "warn_only": torch.is_deterministic_algorithms_warn_only_enabled(),
                                           "cublas": os.environ.get(CUBLAS_WORKSPACE_ENV)})
-        os.environ.setdefault(CUBLAS_WORKSPACE_ENV, DETERMINISTIC_CUBLAS)  # before this run's first cuBLAS call
+        # PyTorch caches the workspace size at the process's first cuBLAS call: in a process that already used
+        # the GPU (a notebook's earlier cells) this takes effect only after a restart; set it before the kernel
+        os.environ.setdefault(CUBLAS_WORKSPACE_ENV, DETERMINISTIC_CUBLAS)
         torch.use_deterministic_algorithms(True, warn_only=False)
     elif _BEFORE_DETERMINISTIC:
         before = _BEFORE_DETERMINISTIC.pop()

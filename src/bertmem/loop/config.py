@@ -160,9 +160,9 @@ class TrainConfig:
         "help": "on out-of-memory halve the micro-batch, double the accumulation (chapter 5b)"})
     deterministic: bool = field(default=False, metadata={
         "help": "deterministic GPU kernels (torch.use_deterministic_algorithms; SDPA's deterministic backward, no "
-                "cuDNN attention), so that a resumed GPU run can match an uninterrupted one to the bit; costs GPU "
-                "speed (not measured in this book); an op without a deterministic version stops the run; a CPU's "
-                "results do not change (chapter 5b)"})
+                "cuDNN attention), so that a resumed GPU run can match an uninterrupted one to the bit (untested on a "
+                "GPU in this book); may cost GPU speed (not measured); an op without a deterministic version stops "
+                "the run; a CPU's results do not change (chapter 5b)"})
     optimizer: str = field(default="adamw", metadata={
         "help": "adamw (8 bytes of state per parameter), adamw8bit (about 2) or adafactor (factored, "
                 "no first moment) (chapter 8)", "choices": OPTIMIZER_NAMES})
