@@ -1,5 +1,6 @@
 """Shared fixtures: offline Hub, a tiny random BERT, a synthetic text frame."""
 
+import dataclasses
 import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a Hub call would otherwise hang ~50 s before failing
@@ -11,6 +12,7 @@ import pandas as pd
 import pytest
 import torch
 
+from bertmem.book import ChapterSettings, chapter_settings
 from bertmem.model.loading import classifier_from_config, tiny_bert_config
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
@@ -89,3 +91,26 @@ def tiny_model_dir(tmp_path_factory, tokenizer):
     AutoModel.from_config(config).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
+
+
+@pytest.fixture
+def tiny_bert(monkeypatch, tiny_model_dir) -> str:
+    """The profile's model is a tiny random BERT (MiniLM's tokenizer): these tests are about a reader's edit
+    reaching the result, not about what the pretrained model learns (the Try it tests ask for it too)."""
+    monkeypatch.setenv("BERTMEM_MODEL_ID", str(tiny_model_dir))
+    return str(tiny_model_dir)
+
+
+@pytest.fixture
+def tiny_settings(tmp_path, synthetic_frame):
+    """chapter_settings with the chapter's recipe on 16 rows of a small file, one seed."""
+    path = tmp_path / "reviews.csv"
+    synthetic_frame.to_csv(path, index=False)
+
+    def settings(chapter, profile):
+        data, recipe, _ = chapter_settings(chapter, profile)
+        data = dataclasses.replace(data, dataset=str(path), train_size=16, eval_size=8, max_length=16,
+                                   micro_batch=8)
+        return ChapterSettings(data, recipe, (0,))
+
+    return settings

@@ -8,7 +8,6 @@ import dataclasses
 import pandas as pd
 import pytest
 
-from bertmem.book import ChapterSettings, chapter_settings
 from bertmem.core import seed_everything
 from bertmem.data import load_text_classification
 from bertmem.experiments import FULL
@@ -20,25 +19,9 @@ pytestmark = pytest.mark.slow  # a chapter's cells run, seconds each
 
 
 @pytest.fixture(autouse=True)
-def tiny_model_id(monkeypatch, tiny_model_dir) -> str:
-    """Every chapter's model is a tiny random BERT (MiniLM's tokenizer): these tests are about a reader's edit
-    reaching the result, not about what the pretrained model learns."""
-    monkeypatch.setenv("BERTMEM_MODEL_ID", str(tiny_model_dir))
-    return str(tiny_model_dir)
-
-
-@pytest.fixture
-def tiny_settings(tmp_path, synthetic_frame):
-    """chapter_settings with the chapter's recipe on 16 rows of a small file, one seed."""
-    path = tmp_path / "reviews.csv"
-    synthetic_frame.to_csv(path, index=False)
-
-    def settings(chapter, profile):
-        data, recipe, _ = chapter_settings(chapter, profile)
-        data = dataclasses.replace(data, dataset=str(path), train_size=16, eval_size=8, max_length=16,
-                                   micro_batch=8)
-        return ChapterSettings(data, recipe, (0,))
-    return settings
+def tiny_model_id(tiny_bert) -> str:
+    """Every chapter's model in this file is the tiny random BERT."""
+    return tiny_bert
 
 
 def quiet(namespace: dict) -> dict:

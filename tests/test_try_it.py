@@ -12,7 +12,6 @@ import pandas as pd
 import pytest
 
 import test_edit_the_cell
-from bertmem.book import ChapterSettings, chapter_settings
 from notebook_cells import BOOK, cell_with, edited, run_cells
 from test_edit_the_cell import chapter_cells, quiet
 
@@ -154,28 +153,6 @@ def test_the_try_it_check_finds_an_item_without_its_test():
 
 
 @pytest.fixture
-def tiny_bert(monkeypatch, tiny_model_dir) -> str:
-    """The profile's model is a tiny random BERT (MiniLM's tokenizer): these items are about what an edit changes,
-    not about what a pretrained model learns."""
-    monkeypatch.setenv("BERTMEM_MODEL_ID", str(tiny_model_dir))
-    return str(tiny_model_dir)
-
-
-@pytest.fixture
-def small_settings(tmp_path, synthetic_frame):
-    """chapter_settings with the chapter's recipe on 16 rows of a small file, one seed."""
-    path = tmp_path / "reviews.csv"
-    synthetic_frame.to_csv(path, index=False)
-
-    def settings(chapter, profile):
-        data, recipe, _ = chapter_settings(chapter, profile)
-        data = dataclasses.replace(data, dataset=str(path), train_size=16, eval_size=8, max_length=16, micro_batch=8)
-        return ChapterSettings(data, recipe, (0,))
-
-    return settings
-
-
-@pytest.fixture
 def readers_file(tmp_path):
     """A reader's file of 45 texts in three classes, its columns named as given (text and label by default)."""
 
@@ -194,7 +171,7 @@ def readers_file(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:Detected call of `lr_scheduler.step\\(\\)` before")
-def test_chapter_0_a_loop_that_never_steps_keeps_the_untrained_accuracy(tiny_bert, small_settings):
+def test_chapter_0_a_loop_that_never_steps_keeps_the_untrained_accuracy(tiny_bert, tiny_settings):
     cells, setup = chapter_cells("00_baseline.ipynb")
     loop = cell_with(cells, "def train_baseline(")
     run = [
@@ -206,7 +183,7 @@ def test_chapter_0_a_loop_that_never_steps_keeps_the_untrained_accuracy(tiny_ber
 
     def before_and_after(loop_cell: str) -> tuple[dict, dict, float]:
         namespace = run_cells([setup], {})
-        namespace.update(chapter_settings=small_settings)
+        namespace.update(chapter_settings=tiny_settings)
         namespace = run_cells([loop_cell, *run], quiet(namespace))
         return namespace["before"], namespace["rows"][-1], namespace["result"].final_metrics["eval_loss"]
 
