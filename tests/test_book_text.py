@@ -247,3 +247,73 @@ def test_the_tally_check_sees_a_claim_counted_under_another_verdict():
             "| holds | 2 (#1, 2) |\n| wrong | 2 (#2) |\n")
     legend, rows, tally = audit_verdicts(text)
     assert legend == ["holds", "wrong"] and rows == {1: "holds", 2: "wrong"} and tally == {"holds": [1, 2]}
+
+
+# One lesson per page: at most 30 cells; code cells of at most 40 lines (as `ruff format` at 88 columns writes them;
+# the install cell aside), except each chapter's central technique cell, found by the definition it shows, which may
+# run to 70.
+MAX_CELLS, MAX_LINES, MAX_CENTRAL_LINES = 30, 40, 70
+CENTRAL = {
+    "00_baseline.ipynb": "def train_baseline(",
+    "02_gradient_accumulation.ipynb": "def backward_window(",
+    "03_mixed_precision.ipynb": "def mixed_precision_step(",
+    "04_layerwise_lr_decay.ipynb": "def layerwise_param_groups(",
+    "05_optimized_loop.ipynb": "def train(",
+    "05b_runs_that_last.ipynb": "def backward_with_backoff(",
+    "06_pitfalls.ipynb": "def scaled_run(",
+    "07_scaling_out.ipynb": "def per_device_bytes(",
+    "08_below_the_floor.ipynb": "def make_optimizer(",
+    "A1_your_own_data.ipynb": "def prepare_frame(",
+}
+# Cells that generate a paragraph of prose and are still longer than 40 lines, by their first line, with the length
+# each may not exceed; one that shrinks to 40 lines must leave this list.
+LONG_GENERATED = {
+    ("05_optimized_loop.ipynb", "# @title - **Memory.** Accumulation ×4 cuts the saved activations to …"): 50,
+    ("05_optimized_loop.ipynb", "# @title - **fp32 baseline, 10.2 GB.** Chapter 1's estimate for bert-…"): 57,
+    ("09b_what_long_inputs_cost.ipynb", "# @title Above the 512-token cost, at 8,192 tokens …"): 54,
+    ("A3_measured_on_a_gpu.ipynb", "# @title What the rows say about the planner."): 51,
+    ("A3_measured_on_a_gpu.ipynb", "# @title What the bench says."): 61,
+    ("A3_measured_on_a_gpu.ipynb", "# @title What the benchmark says."): 56,
+}
+
+
+def page_problems(name: str, cells: list[dict]) -> list[str]:
+    """What breaks the one-lesson rules on one page: too many cells, code cells too long, a central cell missing."""
+    problems = [f"{name}: {len(cells)} cells"] if len(cells) > MAX_CELLS else []
+    central = [i for i, c in enumerate(cells) if c["cell_type"] == "code" and CENTRAL.get(name, "\0") in
+               "".join(c["source"])]
+    if name in CENTRAL and len(central) != 1:
+        problems.append(f"{name}: {len(central)} cells define {CENTRAL[name]!r}")
+    for index, cell in enumerate(cells):
+        source = "".join(cell["source"])
+        if cell["cell_type"] != "code" or "remove-cell" in cell["metadata"].get("tags", []):
+            continue  # the install cell: Colab only, a collapsed form there
+        lines = len(source.splitlines())
+        first = source.splitlines()[0] if source else ""
+        limit = MAX_CENTRAL_LINES if index in central else LONG_GENERATED.get((name, first), MAX_LINES)
+        if lines > limit:
+            problems.append(f"{name} cell {index}: {lines} lines, at most {limit}")
+        if (name, first) in LONG_GENERATED and lines <= MAX_LINES:
+            problems.append(f"{name} cell {index}: {lines} lines now; take it out of LONG_GENERATED")
+    return problems
+
+
+def test_each_page_holds_one_lesson_in_short_cells():
+    problems = [p for path in sorted(BOOK.glob("*.ipynb"))
+                for p in page_problems(path.name, json.loads(path.read_text(encoding="utf-8"))["cells"])]
+    assert not problems, "\n".join(problems)
+    pages = {path.name for path in BOOK.glob("*.ipynb")}
+    assert set(CENTRAL) <= pages and {name for name, _ in LONG_GENERATED} <= pages
+
+
+def test_the_one_lesson_check_finds_a_long_page_and_a_long_cell():
+    def code(lines: int) -> dict:
+        return {"cell_type": "code", "metadata": {}, "source": [f"x{i} = {i}\n" for i in range(lines)]}
+
+    short = [code(40)] * 30
+    assert page_problems("x.ipynb", short) == []
+    assert page_problems("x.ipynb", short + [code(1)]) == ["x.ipynb: 31 cells"]
+    assert page_problems("x.ipynb", [code(41)]) == ["x.ipynb cell 0: 41 lines, at most 40"]
+    central = [{**code(70), "source": ["def train_baseline(\n"] + code(69)["source"]}]
+    assert page_problems("00_baseline.ipynb", central) == []
+    assert page_problems("00_baseline.ipynb", [code(3)]) == ["00_baseline.ipynb: 0 cells define 'def train_baseline('"]

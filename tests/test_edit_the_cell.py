@@ -6,6 +6,7 @@ edit, and the test fails."""
 import dataclasses
 
 import pandas as pd
+import torch
 import pytest
 
 from bertmem.core import seed_everything
@@ -43,16 +44,18 @@ def chapter_4_sweep(tiny_settings):
     cells, setup = chapter_cells("04_layerwise_lr_decay.ipynb")
     sweep = cell_with(cells, "for alpha in (1.0, 0.95, 0.9):\n    for seed in seeds:")
 
-    def runs(definitions: str) -> list[dict]:
-        namespace = run_cells([setup, definitions], {})
+    assignment = cell_with(cells, "def layer_assignment(")
+
+    def runs(definitions: str, assignment_cell: str = assignment) -> list[dict]:
+        namespace = run_cells([setup, assignment_cell, definitions], {})
         profile = dataclasses.replace(get_profile("cpu", env={}), epochs=1)
         namespace.update(profile=profile, chapter_settings=tiny_settings, tokenizer=load_tokenizer(profile.model_id))
         return run_cells([sweep], namespace)["runs"]
-    return cell_with(cells, "def layerwise_param_groups("), runs
+    return cell_with(cells, "def layerwise_param_groups("), assignment, runs
 
 
 def test_chapter_4_sweep_runs_the_pages_groups(chapter_4_sweep):
-    groups, runs = chapter_4_sweep
+    groups, _, runs = chapter_4_sweep
 
     def table(definitions: str) -> list[tuple]:
         return [(r["alpha"], r["seed"], round(r["eval_loss"], 6)) for r in runs(definitions)]
@@ -146,11 +149,12 @@ def test_chapter_3_fine_tunes_with_the_pages_step(tiny_settings, bf16_cpu):
 def test_chapter_5_memory_column_follows_the_pages_optimizer(tiny_settings):
     cells, setup = chapter_cells("05_optimized_loop.ipynb")
     optimizer = cell_with(cells, "def make_optimizer_and_scheduler(")
+    step = cell_with(cells, "def optimizer_step(")
     loop = cell_with(cells, "def train(")
     bench = cell_with(cells, "results = run_bench(bench, loop=train)")
 
     def column(optimizer_cell: str) -> dict[str, float]:
-        namespace = run_cells([setup, optimizer_cell, loop], {})
+        namespace = run_cells([setup, optimizer_cell, step, loop], {})
         namespace.update(chapter_settings=tiny_settings)
         table = run_cells([bench], quiet(namespace))["table"]
         return table["weights+grads+optimizer (MiB)"].to_dict()
@@ -162,6 +166,31 @@ def test_chapter_5_memory_column_follows_the_pages_optimizer(tiny_settings):
     sgd = column(edited(optimizer, adamw, "optimizer = torch.optim.SGD(params, lr=config.learning_rate)"))
     assert set(page) == set(sgd) and len(page) == 7  # every variant, the planned micro-batch too
     assert all(sgd[v] < page[v] for v in page), (page, sgd)
+
+
+def test_chapter_5_the_schedule_moves_with_the_pages_optimizer_step():
+    from torch.utils.data import DataLoader
+
+    from bertmem.loop import RunConfig, TrainConfig
+    from bertmem.model import tiny_classifier
+
+    cells, setup = chapter_cells("05_optimized_loop.ipynb")
+    optimizer = cell_with(cells, "def make_optimizer_and_scheduler(")
+    step = cell_with(cells, "def optimizer_step(")
+    loop = cell_with(cells, "def train(")
+    ids = torch.randint(5, 1000, (32, 12), generator=torch.Generator().manual_seed(0))
+    examples = [{"input_ids": row, "attention_mask": torch.ones_like(row), "labels": row[1] % 2} for row in ids]
+
+    def rates(step_cell: str) -> list[float]:
+        train = run_cells([setup, optimizer, step_cell, loop], {})["train"]
+        result = train(tiny_classifier(seed=0), DataLoader(examples, batch_size=4),
+                       TrainConfig(learning_rate=1e-3, accumulation_steps=2), run=RunConfig(progress=False))
+        return [record["lr"] for record in result.history]
+
+    page = rates(step)
+    # a reader's edit: the schedule never moves, so the warmup never ends
+    stuck = rates(edited(step, "        scheduler.step()\n", "        pass  # scheduler.step()\n"))
+    assert len(page) == len(stuck) == 4 and len(set(page)) == 4 and set(stuck) == {0.0}, (page, stuck)
 
 
 def test_chapter_0_fine_tunes_with_the_pages_loop(tiny_settings):
@@ -252,15 +281,15 @@ def test_chapter_7_plots_the_pages_accounting():
 
 
 def test_chapter_4_groups_follow_the_pages_layer_assignment(chapter_4_sweep):
-    groups, runs = chapter_4_sweep
+    groups, assignment, runs = chapter_4_sweep
 
-    def losses(definitions: str) -> dict[float, float]:
-        return {r["alpha"]: round(r["eval_loss"], 6) for r in runs(definitions)}
+    def losses(assignment_cell: str) -> dict[float, float]:
+        return {r["alpha"]: round(r["eval_loss"], 6) for r in runs(groups, assignment_cell)}
 
-    page = losses(groups)
+    page = losses(assignment)
     # a reader's edit: every encoder layer counted as the top one, so decay reaches only the embeddings
     top = 'assignment[name] = f"layer.{len(layers)}"'
-    flat = losses(edited(groups, 'assignment[name] = f"layer.{index + 1}"', top))
+    flat = losses(edited(assignment, 'assignment[name] = f"layer.{index + 1}"', top))
     assert page[1.0] == flat[1.0]  # α = 1: one rate for all, whatever the grouping
     assert page[0.95] != flat[0.95] and page[0.9] != flat[0.9], (page, flat)
 
@@ -297,6 +326,7 @@ def test_appendix_1_reads_the_file_with_the_pages_prepare_frame(tmp_path, monkey
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the page's run folders, saved model included
     cells, setup = chapter_cells("A1_your_own_data.ipynb")
+    settings_cell = cell_with(cells, "MY_FILE = None")
     demo_file = cell_with(cells, "raw = read_table(csv_path)")
     prepare = cell_with(cells, "def prepare_frame(")
     reading = cell_with(cells, "lengths = token_lengths(frame, tokenizer)")
@@ -306,7 +336,7 @@ def test_appendix_1_reads_the_file_with_the_pages_prepare_frame(tmp_path, monkey
                                     "BERTMEM_MODEL_ID": tiny_model_id})
 
     def result(prepare_cell: str) -> tuple:
-        namespace = run_cells([setup, demo_file, prepare_cell, reading], quiet({}))
+        namespace = run_cells([setup, settings_cell, demo_file, prepare_cell, reading], quiet({}))
         namespace.update(profile=small, max_length=32)
         summary = run_cells([fine_tune], namespace)["summary"]
         return int(namespace["lengths"].sum()), round(summary["final"]["eval_loss"], 6)
@@ -366,10 +396,11 @@ def reader_file_cells(settings: dict[str, str | None]) -> list[str]:
              "NEW_ROWS_FILE = None  # rows to label, same text column(s); None: the held-out rows":
                  f"NEW_ROWS_FILE = {settings.get('new_rows')!r}",
              "MAX_LENGTH = profile.max_length if on_gpu else 128  # tokens per example": "MAX_LENGTH = 32"}
-    mine = setup
+    settings_cell = cell_with(cells, "MY_FILE = None")
+    mine = settings_cell
     for old, new in edits.items():
         mine = edited(mine, old, new)
-    return [mine if cell == setup else cell for cell in cells[1:]]  # after the install cell
+    return [mine if cell == settings_cell else cell for cell in cells[1:]]  # after the install cell
 
 
 def test_appendix_1_runs_on_a_readers_file_with_one_text_column_and_labels_its_held_out_rows(

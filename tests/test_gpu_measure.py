@@ -20,6 +20,7 @@ from bertmem.book.gpu_measured import (
     calibration,
     planner_rows,
     recorded_gpu_run,
+    run_provenance,
     shape_rows,
 )
 from bertmem.core.devices import card_used_bytes, peak_reserved_bytes, reserved_bytes
@@ -104,6 +105,16 @@ def test_the_measurement_refuses_to_run_without_a_gpu(tmp_path):
 # --- the recorded run and the page's views of it ---
 
 RUN = recorded_gpu_run()
+
+
+def test_the_provenance_names_the_card_the_versions_and_the_estimates_beside_it():
+    lines = run_provenance(RUN).splitlines()
+    env = RUN["environment"]
+    assert len(lines) == 4 and lines[0].startswith(f"recorded run: {env['gpu']} (")
+    assert f"torch {env['torch']}" in lines[0] and f"on {env['date']}" in lines[0]
+    assert lines[1] == (f"estimates beside it: torch {RUN['estimates made with']['torch']}, transformers "
+                        f"{RUN['estimates made with']['transformers']}")
+    assert lines[3] == f"weights: {RUN['weights']}"
 
 
 def test_the_recorded_run_is_a_real_gpu_with_every_part():

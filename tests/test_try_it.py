@@ -48,6 +48,11 @@ TRY_IT = {
          "test_chapter_5_memory_column_follows_the_pages_optimizer"),
         ('`profile.dataset, "train", size=1000, seed=0`', "test_chapter_5_padding_table_counts_a_readers_texts"),
     ],
+    "05b_runs_that_last.ipynb": [
+        ("`train(resumed, loader(), recipe,`", "test_chapter_5b_a_resume_refuses_another_recipe"),
+        ("`max_examples=2`", "test_chapter_5b_a_card_of_two_examples_backs_off_twice_to_the_same_gradient"),
+        ("replace `profile.dataset,` with your CSV", "test_chapter_5b_the_command_line_trains_on_a_readers_file"),
+    ],
     "06_pitfalls.ipynb": [
         ("`if all(now < before", "test_chapter_6_without_the_every_step_check_overflow_reads_as_frequent"),
         ("change `learning_rate=1e4` to", "test_chapter_6_the_guard_stays_silent_while_the_loss_stays_finite"),
@@ -308,6 +313,11 @@ def test_chapter_2_prints_the_largest_micro_batch_for_a_readers_card(capsys):
     )
     eager, eager_steps, sdpa, sdpa_steps = map(int, found.groups())
     assert eager * eager_steps == sdpa * sdpa_steps == 32 and eager <= sdpa
+    # a card too small for even the smallest micro-batch: a sentence, not an error from max() of nothing
+    run_cells(["for card in (1,):" + mine.split("for card in (8, 16, 24):")[1]], namespace)
+    small = capsys.readouterr().out.strip()
+    assert small == ("1 GB card (1 GB kept free): largest micro-batch none with eager attention (even 2 needs more: "
+                     "chapter 8), none with SDPA (even 2 needs more: chapter 8)"), small
 
 
 @pytest.mark.slow
@@ -358,7 +368,8 @@ def chapter_4_groups(tiny_model_dir):
     """Chapter 4's cells up to its group table, run once with a tiny random BERT: the cells and the namespace (each
     test runs its cells in a copy)."""
     cells, setup = chapter_cells("04_layerwise_lr_decay.ipynb")
-    definitions = [cell_with(cells, "def layerwise_param_groups("), cell_with(cells, "def post_param_groups(")]
+    definitions = [cell_with(cells, "def layer_assignment("), cell_with(cells, "def layerwise_param_groups("),
+                   cell_with(cells, "def post_param_groups(")]
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("BERTMEM_MODEL_ID", str(tiny_model_dir))
         namespace = run_cells([setup, *definitions, cell_with(cells, "post_groups = post_param_groups(model")], {})
@@ -453,6 +464,62 @@ def test_chapter_5_padding_table_counts_a_readers_texts(tmp_path):
         assert row["mean tokens"] == pytest.approx(sum(cut) / len(cut))
         assert row["padding, pad to max_length"] == pytest.approx(1 - sum(cut) / (limit * len(cut)))
     assert table[128]["mean tokens"] < table[256]["mean tokens"] < table[512]["mean tokens"]
+
+
+@pytest.fixture
+def chapter_5b():
+    """Chapter 5b's cells, and a namespace after its setup and checkpoint cells (its tiny examples, `train`)."""
+    cells, setup = chapter_cells("05b_runs_that_last.ipynb")
+    checkpoint = cell_with(cells, "interrupt_after(")
+    return cells, checkpoint, quiet(run_cells([setup], {}))
+
+
+@pytest.mark.slow
+def test_chapter_5b_a_resume_refuses_another_recipe(chapter_5b, capsys):
+    from bertmem.loop.checkpoint import CheckpointError
+
+    cells, checkpoint, namespace = chapter_5b
+    run_cells([checkpoint], dict(namespace))  # as the page has it: resumed to the same weights
+    assert "identical to the uninterrupted run: True" in capsys.readouterr().out
+    mine = edited(checkpoint, "train(resumed, loader(), recipe,",
+                  "train(resumed, loader(), dataclasses.replace(recipe, learning_rate=2e-3),")
+    with pytest.raises(CheckpointError, match="the run's settings changed.*learning_rate"):
+        run_cells([mine], dict(namespace))
+
+
+@pytest.mark.slow
+def test_chapter_5b_a_card_of_two_examples_backs_off_twice_to_the_same_gradient(chapter_5b, capsys):
+    cells, checkpoint, namespace = chapter_5b
+    backoff = cell_with(cells, "def backward_with_backoff(")
+    oom = cell_with(cells, "max_examples=4")
+    namespace = run_cells([checkpoint, backoff], namespace)
+
+    def printed(cell: str) -> list[str]:
+        capsys.readouterr()
+        run_cells([cell], dict(namespace))
+        return capsys.readouterr().out.splitlines()
+
+    page, mine = printed(oom), printed(edited(oom, "max_examples=4", "max_examples=2"))
+    warned = [[line.split(":")[0] for line in out if line.startswith("out of memory")] for out in (page, mine)]
+    assert warned[1] == [*warned[0], "out of memory with micro-batches of 4 examples"], warned  # one more halving
+    assert page[-1].startswith("4 pieces of 4 examples") and mine[-1].startswith("8 pieces of 2 examples")
+    assert mine[-1].endswith("equal (fp32 round-off)"), mine[-1]
+
+
+@pytest.mark.slow
+def test_chapter_5b_the_command_line_trains_on_a_readers_file(chapter_5b, tmp_path, capsys):
+    cells, _, namespace = chapter_5b
+    path = tmp_path / "my_texts.csv"  # 120 rows, three classes, columns named as a reader's might be
+    moods = {"pos": "loved it", "neg": "hated it", "mixed": "not sure"}
+    rows = [(f"review {i}: " + "very " * (i % 5) + moods[m], m) for i, m in zip(range(120), list(moods) * 40)]
+    pd.DataFrame(rows, columns=["review", "stars"]).to_csv(path, index=False)
+    command = cell_with(cells, '"--model",\n    "tiny-bert",')
+    mine = edited(command, "    profile.dataset,\n",
+                  f'    "{path}",\n    "--text-column",\n    "review",\n    "--label-column",\n    "stars",\n')
+    namespace = run_cells([mine], namespace)
+    metrics = json.loads((namespace["out"] / "metrics.json").read_text())["final"]
+    saved = json.loads((namespace["out"] / "model" / "config.json").read_text())
+    assert metrics["examples"] == 64 and sorted(saved["id2label"].values()) == ["mixed", "neg", "pos"]
 
 
 @pytest.mark.slow

@@ -17,7 +17,7 @@ from bertmem.experiments.predict import PredictConfig
 from bertmem.loop.accelerate_loop import fsdp_launched
 from bertmem.memory.planner import PlanRequest
 from bertmem.memory.speed import EpochRequest
-from bertmem.profiles import get_profile
+from bertmem.profiles import get_profile, learning_rate_for
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -132,7 +132,7 @@ def train_main(args: argparse.Namespace) -> dict:
     sizes = subset_sizes(args, profile, given)
     data = config_from_flags(DataConfig, args, micro_batch=profile.micro_batch if auto else args.micro_batch,
                              **sizes)
-    config = config_from_flags(TrainConfig, args)
+    config = config_from_flags(TrainConfig, args, learning_rate=model_learning_rate(args, profile, run.model_id))
     # an accumulation given by hand wins over a preset's effective batch (--recipe book)
     effective = None if "--accumulation-steps" in given and "--effective-batch" not in given else args.effective_batch
     fit = config_from_flags(FitRequest, args, plan_micro_batch=auto, effective_batch=effective)
@@ -166,6 +166,14 @@ def train_main(args: argparse.Namespace) -> dict:
     print(kept_files(run), file=sys.stderr)
     print(json.dumps({"output_dir": args.output_dir, **summary["final"]}))
     return summary
+
+
+def model_learning_rate(args: argparse.Namespace, profile, model_id: str) -> float:
+    """--learning-rate (--lr) as given, or BERTMEM_LEARNING_RATE; else the default of the model trained, by its size
+    (`learning_rate_for`: a base-sized model on the CPU profile gets 2e-5, not MiniLM's 1e-4) (chapter 0)."""
+    if "--learning-rate" in getattr(args, "given_flags", set()) or "learning_rate" in profile.overridden:
+        return args.learning_rate
+    return learning_rate_for(model_id)
 
 
 def kept_files(run) -> str:
@@ -243,7 +251,8 @@ def bench_main(args: argparse.Namespace) -> dict:
     from bertmem.experiments.bench import BenchConfig, FinishedRuns, run_bench
     from bertmem.memory.planner import estimated_rows
 
-    bench = config_from_flags(BenchConfig, args)
+    bench = config_from_flags(BenchConfig, args,
+                              learning_rate=model_learning_rate(args, get_profile(), args.model_id))
     folder = bench_folder(args.output_dir)
     if bench.device.startswith("cuda"):  # say how long before hours of GPU time begin
         import torch

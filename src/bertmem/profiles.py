@@ -15,7 +15,9 @@ from bertmem.core.devices import cuda_available
 from bertmem.core.runtime import quiet_bitsandbytes_notice, quiet_progress_import
 from bertmem.data.loaders import DataConfig, check_subset_sizes, parse_size
 from bertmem.experiments.bench import BenchConfig
-from bertmem.loop.config import RunConfig, TrainConfig
+from bertmem.loop.config import TINY_MODEL, RunConfig, TrainConfig
+from bertmem.loop.optim import SMALL_LEARNING_RATE, default_learning_rate
+from bertmem.memory.estimate import model_config
 from bertmem.memory.planner import PlanRequest
 
 ENV_PREFIX = "BERTMEM_"
@@ -113,7 +115,7 @@ class Profile:
 # fits 15 GiB with room to spare (the planner's largest is about twice that; a test checks that 8 fits); the
 # chapters that accumulate reach the effective batch 32.
 GPU_DEFAULTS = dict(name="gpu", model_id="bert-base-uncased", dataset="imdb", max_length=512, micro_batch=8,
-                    train_size=2000, eval_size=1000, epochs=1, learning_rate=2e-5, device="cuda", effective_batch=32,
+                    train_size=2000, eval_size=1000, epochs=1, device="cuda", effective_batch=32,
                     long_model_id="answerdotai/ModernBERT-base", checkpoint_minutes=15.0, pad_to_multiple_of=64)
 # The results table at full size on a large card (BERTMEM_PROFILE=full make bench): all of IMDb, 2 epochs.
 FULL_DEFAULTS = dict(GPU_DEFAULTS, name="full", micro_batch=32, train_size=None, eval_size=None, epochs=2)
@@ -121,9 +123,22 @@ FULL_DEFAULTS = dict(GPU_DEFAULTS, name="full", micro_batch=32, train_size=None,
 _DATA, _BENCH = DataConfig(), BenchConfig()
 CPU_DEFAULTS = dict(name="cpu", model_id=_BENCH.model_id, dataset=_DATA.dataset, max_length=_DATA.max_length,
                     micro_batch=_DATA.micro_batch, train_size=_DATA.train_size, eval_size=_DATA.eval_size,
-                    epochs=_BENCH.epochs, learning_rate=_BENCH.learning_rate, device="cpu",
+                    epochs=_BENCH.epochs, device="cpu",
                     effective_batch=_BENCH.effective_batch)
 PROFILES = ("gpu", "cpu", "full")
+
+
+def learning_rate_for(model_id: str) -> float:
+    """The default peak learning rate of this model, from its size (`default_learning_rate`; the profiles, `bertmem
+    train` and `bench` when no rate is given; chapter 0)."""
+    if model_id == TINY_MODEL:  # the test model: 2 small layers
+        return SMALL_LEARNING_RATE
+    try:
+        hidden_size = model_config(model_id).hidden_size
+    except OSError:  # not found offline, a typo, a folder without config.json
+        raise ValueError(f"cannot read {model_id}'s configuration to choose its learning rate: check the model's "
+                         "name (and the network), or give a rate (--learning-rate, BERTMEM_LEARNING_RATE)") from None
+    return default_learning_rate(hidden_size)
 _DEFAULTS = {"gpu": GPU_DEFAULTS, "cpu": CPU_DEFAULTS, "full": FULL_DEFAULTS}
 
 RENAMED_ENV = {ENV_PREFIX + "BATCH_SIZE": ENV_PREFIX + "MICRO_BATCH"}  # one name per idea (micro_batch)
@@ -156,4 +171,6 @@ def get_profile(name: str | None = None, env: Mapping[str, str] | None = None) -
             values[field.name] = parse_size(raw) if sized else _CASTS[field.name](raw)
         except ValueError as err:
             raise ValueError(f"{ENV_PREFIX}{field.name.upper()}={raw!r} is not a valid {field.name}: {err}") from None
+    if "learning_rate" not in overridden:  # the model's own, whichever model the profile reads
+        values["learning_rate"] = learning_rate_for(values["model_id"])
     return Profile(**values, overridden=frozenset(overridden))

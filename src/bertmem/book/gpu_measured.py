@@ -24,6 +24,17 @@ def recorded_gpu_run(card: str = RECORDED_CARD) -> dict[str, Any]:
     return recorded_bench(f"gpu-{card}")
 
 
+def run_provenance(run: dict[str, Any]) -> str:
+    """Where a recorded GPU run comes from: card, driver and versions, and the estimates beside it (A3)."""
+    env, made, checked = run["environment"], run["estimates made with"], run["estimates checked with"]
+    return "\n".join([
+        f"recorded run: {env['gpu']} ({env['card memory'] / GIB:.0f} GiB), driver {env['driver']}, CUDA "
+        f"{env['cuda']}, torch {env['torch']}, transformers {env['transformers']}, on {env['date']}",
+        f"estimates beside it: torch {made['torch']}, transformers {made['transformers']}",
+        f"re-estimated with transformers {checked['transformers']} (torch {checked['torch']}): {checked['result']}",
+        f"weights: {run['weights']}"])
+
+
 def planner_rows(run: dict[str, Any]) -> list[dict[str, Any]]:
     """One row per measured shape: the allocator's peaks, the process's use of the card, the planner's estimate
     and need (A3)."""

@@ -37,6 +37,7 @@ from bertmem.experiments.stats import compare_accuracies, compare_paired, step_t
 from bertmem.loop.combined import prepare_model, train
 from bertmem.loop.config import TINY_MODEL, RunConfig, TrainConfig
 from bertmem.loop.precision import DTYPES, choose_precision
+from bertmem.loop.optim import SMALL_LEARNING_RATE
 from bertmem.memory.cards import DEFAULT_CARD, card_named, parse_memory, with_article
 from bertmem.memory.estimate import estimate_step_memory, model_config
 from bertmem.memory.measure import measure_step_memory
@@ -67,7 +68,7 @@ class BenchConfig(RefusesRenamed):
     effective_batch: int = field(default=16, metadata={"help": "examples per optimizer step"})
     accumulation_steps: int = field(default=4, metadata={"aliases": ("--accumulation",), "help": "micro-batches per "
                                                          "optimizer step in the accumulating variants"})
-    learning_rate: float = shared_field(TrainConfig, "learning_rate", default=1e-4)
+    learning_rate: float = shared_field(TrainConfig, "learning_rate", default=SMALL_LEARNING_RATE)  # MiniLM's size
     layerwise_decay: float = field(default=0.95, metadata={"help": "LLRD factor of the full recipe"})
     epochs: int = shared_field(TrainConfig, "epochs")
     data_seed: int = shared_field(DataConfig, "data_seed",

@@ -21,6 +21,7 @@ from bertmem.loop.combined import (
     PACKAGE_LEVERS,
     Levers,
     make_optimizer_and_scheduler,
+    optimizer_step,
     prepare_model,
     prepare_run,
     prepare_trainable,
@@ -30,9 +31,12 @@ from bertmem.loop.combined import (
 from bertmem.loop.config import RunConfig, TrainConfig
 from bertmem.loop.hf_trainer import train_with_trainer, trainer_first_step
 from bertmem.loop.optim import (
+    BASE_LEARNING_RATE,
     EMBEDDINGS,
     HEAD,
     OPTIMIZER_NAMES,
+    SMALL_LEARNING_RATE,
+    default_learning_rate,
     group_lr_scale,
     layer_assignment,
     layerwise_param_groups,
@@ -57,11 +61,12 @@ from bertmem.loop.precision import (
 from bertmem.loop.resume import RunState
 from bertmem.loop.stepwise import train_with_step
 
-__all__ = ["DTYPES", "EMBEDDINGS", "HEAD", "Levers", "NonFiniteError", "OPTIMIZER_NAMES", "PACKAGE_LEVERS",
-    "PrecisionChoice", "RunConfig", "RunState", "TrainConfig", "TrainResult", "autocast_context", "backward_window",
-    "backward_with_backoff", "check_finite", "choose_precision", "count_items", "diagnose_scale_trace", "evaluate",
-    "evaluate_into", "group_lr_scale", "is_out_of_memory", "layer_assignment", "layerwise_param_groups",
-    "loss_weights", "make_optimizer", "make_optimizer_and_scheduler", "mixed_precision_step", "no_weight_decay",
+__all__ = ["BASE_LEARNING_RATE", "DTYPES", "EMBEDDINGS", "HEAD", "Levers", "NonFiniteError", "OPTIMIZER_NAMES",
+    "PACKAGE_LEVERS", "PrecisionChoice", "RunConfig", "RunState", "SMALL_LEARNING_RATE", "TrainConfig",
+    "TrainResult", "autocast_context", "backward_window", "backward_with_backoff", "check_finite",
+    "choose_precision", "count_items", "default_learning_rate", "diagnose_scale_trace", "evaluate", "evaluate_into",
+    "group_lr_scale", "is_out_of_memory", "layer_assignment", "layerwise_param_groups", "loss_weights",
+    "make_optimizer", "make_optimizer_and_scheduler", "mixed_precision_step", "no_weight_decay", "optimizer_step",
     "plan_for", "prepare_model", "prepare_run", "prepare_trainable", "pure_half", "post_param_groups", "rank_bytes",
     "shard_with_fsdp2", "skipped_steps", "split_batch", "split_evenly", "sync_context", "trace_op_dtypes", "train",
     "train_baseline", "train_with_accelerate", "train_with_step", "train_with_trainer", "trainer_first_step",

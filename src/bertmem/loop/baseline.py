@@ -18,6 +18,7 @@ import torch
 from bertmem.core.devices import model_device, move_to, resolve_device
 from bertmem.core.runtime import progress as progress_bar
 from bertmem.core.runtime import seed_everything
+from bertmem.loop.optim import BASE_LEARNING_RATE
 
 
 @dataclass
@@ -172,7 +173,7 @@ def train_baseline(
     train_loader,
     eval_loader=None,
     epochs: int = 1,
-    learning_rate: float = 5e-5,
+    learning_rate: float = BASE_LEARNING_RATE,
     weight_decay: float = 0.01,
     warmup_ratio: float = 0.1,
     max_grad_norm: float = 1.0,

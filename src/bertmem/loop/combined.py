@@ -129,6 +129,30 @@ def prepare_run(model: torch.nn.Module, train_loader, config: TrainConfig, run: 
     return model_device(model), micro_size, steps_per_epoch, total
 
 
+def optimizer_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler, scaler: torch.amp.GradScaler,
+                   config: TrainConfig, record: dict, result: TrainResult) -> None:
+    """Once per window: unscale, clip, check, step; the schedule moves only when the
+    step was taken (chapter 5). `record` gains the gradient norm, the learning rate and
+    (fp16) the loss scale; a step the scaler skips is counted in `result`."""
+    scaler.unscale_(optimizer)  # true gradients, before clipping
+    if config.max_grad_norm is not None:
+        record["grad_norm"] = float(clip_grad_norm_(model.parameters(), config.max_grad_norm))
+    # fp16's scaler skips a step with inf or NaN gradients itself
+    if config.guard_non_finite and not scaler.is_enabled():
+        check_finite(record["step"], record["loss"], model, optimizer)
+    scale = scaler.get_scale()
+    scaler.step(optimizer)  # skipped when an fp16 gradient is inf or NaN
+    scaler.update()
+    if scaler.get_scale() >= scale:  # stepped: the schedule moves on
+        scheduler.step()
+    else:
+        result.skipped_steps += 1
+    if scaler.is_enabled():
+        record["loss_scale"] = scaler.get_scale()
+    record["lr"] = scheduler.get_last_lr()[0]
+    optimizer.zero_grad(set_to_none=True)
+
+
 @stops_on_sigterm  # SIGTERM saves a checkpoint like Ctrl-C does
 def train(model: torch.nn.Module, train_loader: DataLoader, config: TrainConfig,
           eval_loader: DataLoader | None = None, settings: dict[str, Any] | None = None, *,
@@ -150,7 +174,8 @@ def train(model: torch.nn.Module, train_loader: DataLoader, config: TrainConfig,
     for epoch in state.epochs(config.epochs, total):
         model.train()
         batches = state.batches(epoch)  # resumed mid-epoch: the rest of it
-        desc, done = f"epoch {epoch}/{config.epochs}", state.done // config.accumulation_steps
+        desc = f"epoch {epoch}/{config.epochs}"
+        done = state.done // config.accumulation_steps  # resumed: steps taken
         bar = progress_bar(None, desc, run.progress, total=per_epoch, initial=done)
         with state.saved_on_interrupt():  # Ctrl-C, SIGTERM: save the last step
             for window in windows(batches, config.accumulation_steps):
@@ -158,23 +183,9 @@ def train(model: torch.nn.Module, train_loader: DataLoader, config: TrainConfig,
                 loss, splits = backward_with_backoff(model, window, device, config.loss_weighting, state.splits,
                                                      config.oom_backoff, scale=scaler.scale, autocast=autocast)
                 record = {"step": state.step + 1, "epoch": epoch, "loss": loss}
-                scaler.unscale_(optimizer)  # true gradients, before clipping
-                if config.max_grad_norm is not None:
-                    record["grad_norm"] = float(clip_grad_norm_(model.parameters(), config.max_grad_norm))
-                if config.guard_non_finite and not choice.use_scaler:
-                    check_finite(state.step + 1, loss, model, optimizer)
-                scale = scaler.get_scale()
-                scaler.step(optimizer)  # skipped when an fp16 gradient is inf or NaN
-                scaler.update()
-                if scaler.get_scale() >= scale:  # stepped: the schedule moves on
-                    scheduler.step()
-                else:
-                    result.skipped_steps += 1
-                if choice.use_scaler:
-                    record["loss_scale"] = scaler.get_scale()
-                optimizer.zero_grad(set_to_none=True)
+                optimizer_step(model, optimizer, scheduler, scaler, config, record, result)
                 synchronize(device)  # a GPU's queued kernels belong to this step's time
-                record.update(step_time_s=time.perf_counter() - started, lr=scheduler.get_last_lr()[0])
+                record["step_time_s"] = time.perf_counter() - started
                 result.history.append(record)
                 bar.set_postfix(loss=f"{loss:.3f}", refresh=False)
                 bar.update(1)

@@ -15,7 +15,7 @@ import torch
 from bertmem.core.flags import RefusesRenamed
 from bertmem.loop.accumulation import WEIGHTINGS
 from bertmem.loop.class_weights import CLASS_WEIGHTINGS
-from bertmem.loop.optim import OPTIMIZER_NAMES
+from bertmem.loop.optim import BASE_LEARNING_RATE, OPTIMIZER_NAMES
 from bertmem.loop.precision import REQUESTS
 from bertmem.model.compiled import COMPILE_MODES
 from bertmem.model.loading import ATTENTION_IMPLEMENTATIONS, MINILM_ID
@@ -132,7 +132,10 @@ class TrainConfig:
 
     epochs: int = field(default=1, metadata={"help": "passes over the training data",
                                              "aliases": ("--num-train-epochs",)})  # Hugging Face's names
-    learning_rate: float = field(default=5e-5, metadata={"help": "peak learning rate", "aliases": ("--lr",)})
+    learning_rate: float = field(default=BASE_LEARNING_RATE, metadata={
+        "help": "peak learning rate (default: by the model's size: 2e-5 from hidden size 768 up, as bert-base and "
+                "larger, the lowest rate of BERT's fine-tuning search; 1e-4 for smaller models such as MiniLM)",
+        "aliases": ("--lr",)})  # TrainConfig() alone: a base-sized model's
     weight_decay: float = field(default=0.01, metadata={"help": "AdamW's decoupled weight decay"})
     warmup_ratio: float = field(default=0.1, metadata={"help": "share of the steps spent warming up"})
     seed: int = field(default=0, metadata={

@@ -14,6 +14,19 @@ from bertmem.model.loading import find_encoder_layers
 HEAD = "head"
 EMBEDDINGS = "embeddings"
 
+# The default peak learning rate, by the model's size, defined here once: TrainConfig, the profiles, `bertmem train`
+# and `bench` read it. From hidden size 768 up (bert-base and -large, RoBERTa, DeBERTa-v3, ModernBERT): 2e-5, the
+# lowest of the three rates BERT's authors searched when fine-tuning (5e-5, 3e-5, 2e-5; Devlin et al. 2019, appendix
+# A.3). Smaller encoders (MiniLM, hidden size 384): 1e-4, at which the CPU profile's runs learn in a few dozen steps.
+BASE_LEARNING_RATE, SMALL_LEARNING_RATE = 2e-5, 1e-4
+BASE_HIDDEN_SIZE = 768
+
+
+def default_learning_rate(hidden_size: int) -> float:
+    """The default peak learning rate of an encoder with this hidden size (chapter 0, the profiles, the CLI)."""
+    return BASE_LEARNING_RATE if hidden_size >= BASE_HIDDEN_SIZE else SMALL_LEARNING_RATE
+
+
 
 def layer_assignment(model: nn.Module) -> dict[str, str]:
     """Each trainable parameter's group: 'embeddings', 'layer.<k>' (1: bottom), 'head'.
@@ -116,7 +129,7 @@ OPTIMIZER_NAMES = ("adamw", "adamw8bit", "adafactor")
 def make_optimizer(
     params,
     name: str = "adamw",
-    lr: float = 5e-5,
+    lr: float = BASE_LEARNING_RATE,
     weight_decay: float = 0.01,
     fused: bool = False,
 ) -> torch.optim.Optimizer:

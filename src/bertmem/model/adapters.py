@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
+import torch
 from torch import nn
 
 from bertmem.core.runtime import quiet_bitsandbytes_notice
@@ -73,7 +74,7 @@ def is_head(model: nn.Module, name: str) -> bool:
 
 
 def apply_lora(
-    model: nn.Module,
+    model: torch.nn.Module,
     r: int = 8,
     alpha: int | None = None,
     dropout: float = 0.1,
@@ -102,7 +103,6 @@ def apply_lora(
     # new modules start in training mode: LoRA's dropout must follow the model's mode
     model.train(training)
     for name, param in model.named_parameters():
-        # the head must learn: the adapters alone cannot
         param.requires_grad_("lora_" in name or is_head(model, name))
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
