@@ -126,6 +126,13 @@ CPU_DEFAULTS = dict(name="cpu", model_id=_BENCH.model_id, dataset=_DATA.dataset,
                     epochs=_BENCH.epochs, device="cpu",
                     effective_batch=_BENCH.effective_batch)
 PROFILES = ("gpu", "cpu", "full")
+_DEFAULTS = {"gpu": GPU_DEFAULTS, "cpu": CPU_DEFAULTS, "full": FULL_DEFAULTS}
+
+RENAMED_ENV = {ENV_PREFIX + "BATCH_SIZE": ENV_PREFIX + "MICRO_BATCH"}  # one name per idea (micro_batch)
+_CASTS = {"max_length": int, "micro_batch": int, "epochs": int, "learning_rate": float, "effective_batch": int,
+          "model_id": str, "dataset": str, "device": str, "long_model_id": str, "long_dataset": str,
+          "checkpoint_minutes": lambda raw: None if raw.strip().lower() == "none" else float(raw),
+          "pad_to_multiple_of": lambda raw: None if raw.strip().lower() == "none" else int(raw)}
 
 
 def learning_rate_for(model_id: str) -> float:
@@ -139,13 +146,6 @@ def learning_rate_for(model_id: str) -> float:
         raise ValueError(f"cannot read {model_id}'s configuration to choose its learning rate: check the model's "
                          "name (and the network), or give a rate (--learning-rate, BERTMEM_LEARNING_RATE)") from None
     return default_learning_rate(hidden_size)
-_DEFAULTS = {"gpu": GPU_DEFAULTS, "cpu": CPU_DEFAULTS, "full": FULL_DEFAULTS}
-
-RENAMED_ENV = {ENV_PREFIX + "BATCH_SIZE": ENV_PREFIX + "MICRO_BATCH"}  # one name per idea (micro_batch)
-_CASTS = {"max_length": int, "micro_batch": int, "epochs": int, "learning_rate": float, "effective_batch": int,
-          "model_id": str, "dataset": str, "device": str, "long_model_id": str, "long_dataset": str,
-          "checkpoint_minutes": lambda raw: None if raw.strip().lower() == "none" else float(raw),
-          "pad_to_multiple_of": lambda raw: None if raw.strip().lower() == "none" else int(raw)}
 
 
 def get_profile(name: str | None = None, env: Mapping[str, str] | None = None) -> Profile:
