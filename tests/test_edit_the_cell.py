@@ -6,7 +6,6 @@ edit, and the test fails."""
 import dataclasses
 
 import pandas as pd
-import torch
 import pytest
 
 from bertmem.core import seed_everything
@@ -168,9 +167,7 @@ def test_chapter_5_memory_column_follows_the_pages_optimizer(tiny_settings):
     assert all(sgd[v] < page[v] for v in page), (page, sgd)
 
 
-def test_chapter_5_the_schedule_moves_with_the_pages_optimizer_step():
-    from torch.utils.data import DataLoader
-
+def test_chapter_5_the_schedule_moves_with_the_pages_optimizer_step(tiny_batches):
     from bertmem.loop import RunConfig, TrainConfig
     from bertmem.model import tiny_classifier
 
@@ -178,13 +175,11 @@ def test_chapter_5_the_schedule_moves_with_the_pages_optimizer_step():
     optimizer = cell_with(cells, "def make_optimizer_and_scheduler(")
     step = cell_with(cells, "def optimizer_step(")
     loop = cell_with(cells, "def train(")
-    ids = torch.randint(5, 1000, (32, 12), generator=torch.Generator().manual_seed(0))
-    examples = [{"input_ids": row, "attention_mask": torch.ones_like(row), "labels": row[1] % 2} for row in ids]
 
     def rates(step_cell: str) -> list[float]:
         train = run_cells([setup, optimizer, step_cell, loop], {})["train"]
-        result = train(tiny_classifier(seed=0), DataLoader(examples, batch_size=4),
-                       TrainConfig(learning_rate=1e-3, accumulation_steps=2), run=RunConfig(progress=False))
+        result = train(tiny_classifier(seed=0), tiny_batches, TrainConfig(learning_rate=1e-3),
+                       run=RunConfig(progress=False))  # four steps: warmup one, then decay to 0
         return [record["lr"] for record in result.history]
 
     page = rates(step)

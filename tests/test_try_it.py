@@ -159,13 +159,14 @@ def test_the_try_it_check_finds_an_item_without_its_test():
 
 @pytest.fixture
 def readers_file(tmp_path):
-    """A reader's file of 45 texts in three classes, its columns named as given (text and label by default)."""
+    """A reader's file of 45 texts (or `rows`) in three classes, its columns named as given (text and label by
+    default)."""
 
-    def write(text: str = "text", label: str = "label"):
+    def write(text: str = "text", label: str = "label", rows: int = 45):
         moods = {"pos": "loved it", "neg": "hated it", "mixed": "not sure"}
         rows = [
             (f"text {i}: " + "very " * (i % 7) + words, label)
-            for i, (label, words) in zip(range(45), list(moods.items()) * 15)
+            for i, (label, words) in zip(range(rows), list(moods.items()) * rows)
         ]
         path = tmp_path / "my_texts.csv"
         pd.DataFrame(rows, columns=[text, label]).to_csv(path, index=False)
@@ -507,12 +508,9 @@ def test_chapter_5b_a_card_of_two_examples_backs_off_twice_to_the_same_gradient(
 
 
 @pytest.mark.slow
-def test_chapter_5b_the_command_line_trains_on_a_readers_file(chapter_5b, tmp_path, capsys):
+def test_chapter_5b_the_command_line_trains_on_a_readers_file(chapter_5b, readers_file, capsys):
     cells, _, namespace = chapter_5b
-    path = tmp_path / "my_texts.csv"  # 120 rows, three classes, columns named as a reader's might be
-    moods = {"pos": "loved it", "neg": "hated it", "mixed": "not sure"}
-    rows = [(f"review {i}: " + "very " * (i % 5) + moods[m], m) for i, m in zip(range(120), list(moods) * 40)]
-    pd.DataFrame(rows, columns=["review", "stars"]).to_csv(path, index=False)
+    path = readers_file("review", "stars", rows=120)  # enough for 64 + 32 rows, columns named as a reader's
     command = cell_with(cells, '"--model",\n    "tiny-bert",')
     mine = edited(command, "    profile.dataset,\n",
                   f'    "{path}",\n    "--text-column",\n    "review",\n    "--label-column",\n    "stars",\n')
